@@ -1,0 +1,22 @@
+/* ember — the CPU backend's kernels: em_cpu_<OP> implements EM_OP_<OP>
+ * (contract in tensor/ops.h). Files: k_elementwise.c (creation, copy, binary,
+ * unary, where), k_reduce.c, k_matmul.c + gemm.c, k_nn.c (softmax, layer_norm,
+ * embedding, dropout, cross_entropy), k_index.c (cat, index_select, gather,
+ * scatter_add), ../rng.c (random). */
+#ifndef EMBER_CPU_H
+#define EMBER_CPU_H
+
+#include "tensor/tensor_internal.h"
+
+#define EM_CPU_DECL(name) int em_cpu_##name(const em_kargs *k) __attribute__((weak));
+EM_OP_LIST(EM_CPU_DECL)
+#undef EM_CPU_DECL
+
+/* Internal GEMM interface (gemm.c): C[m,n] = alpha * op(A) op(B) + beta * C,
+ * row-major, lda/ldb/ldc in elements. Picks OpenBLAS or oneDNN per shape. */
+typedef enum { EM_GEMM_F32, EM_GEMM_F64 } em_gemm_type;
+void em_cpu_gemm(em_gemm_type t, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                 double alpha, const void *a, int64_t lda, const void *b, int64_t ldb,
+                 double beta, void *c, int64_t ldc);
+
+#endif

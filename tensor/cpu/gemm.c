@@ -1,0 +1,2 @@
+/* placeholder: written by helper C */
+typedef int em__placeholder_gemm;

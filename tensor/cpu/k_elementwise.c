@@ -1,0 +1,2 @@
+/* placeholder: written by helper A */
+typedef int em__placeholder_k_elementwise;

@@ -1,0 +1,2 @@
+/* placeholder: written by helper B2 */
+typedef int em__placeholder_k_nn;

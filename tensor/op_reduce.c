@@ -1,0 +1,2 @@
+/* placeholder: written by helper B1 */
+typedef int em__placeholder_op_reduce;

@@ -1,0 +1,112 @@
+/* ember — the op table (DESIGN.md §2 "Ops").
+ *
+ * Every op is one row of em_op_table, indexed by em_op. A row names the op,
+ * its arity and its class. Kernels live in each device's backend table
+ * (em_backend.kernels[op]); backward rules and gradcheck tolerances live in
+ * autograd's table, indexed by the same enum. The op functions in tensor/op_*.c
+ * validate arguments once (device-independent), allocate outputs, fill an
+ * em_kargs and call em__dispatch.
+ *
+ * Kernel contract: em_status kernel(const em_kargs *k). Outputs are allocated
+ * by the caller and contiguous unless noted; inputs may be any strided view
+ * (stride 0 on broadcast dims) unless noted. A kernel never allocates device
+ * memory it does not free before returning.
+ */
+#ifndef EMBER_OPS_H
+#define EMBER_OPS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+struct em_tensor;
+
+#define EM_OP_LIST(X)                                                                    \
+    /* views: no kernel; recorded for autograd */                                        \
+    X(VIEW) X(PERMUTE) X(NARROW) X(SELECT) X(EXPAND)                                     \
+    /* creation: out[0]; FILL f[0]=value; ARANGE f[0]=start f[1]=step; EYE (2-d) */     \
+    X(FILL) X(ARANGE) X(EYE)                                                             \
+    /* COPY: in[0] -> out[0], same shape, any layouts and dtypes (out may be strided) */ \
+    X(COPY)                                                                              \
+    /* binary: in[0], in[1] expanded to out's shape; same dtype; cmp ops out EM_BOOL */  \
+    X(ADD) X(SUB) X(MUL) X(DIV) X(POW) X(MAXIMUM) X(MINIMUM)                             \
+    X(EQ) X(NE) X(LT) X(LE) X(GT) X(GE)                                                  \
+    /* unary: in[0] -> out[0], same shape and dtype */                                  \
+    X(NEG) X(ABS) X(EXP) X(LOG) X(SQRT) X(RSQRT) X(TANH) X(SIGMOID) X(RELU)              \
+    X(GELU) X(GELU_TANH) X(SIN) X(COS)                                                   \
+    /* WHERE: in[0]=cond bool, in[1]=x, in[2]=y, all expanded to out's shape */         \
+    /* MASKED_FILL: in[0]=x, in[1]=mask bool expanded; f[0]=value */                     \
+    X(WHERE) X(MASKED_FILL)                                                              \
+    /* reductions: in[0]; i[0]=bitmask of reduced dims; out[0] has in's ndim with the   \
+       reduced dims set to 1 (the op reshapes for keepdim=false). VAR f[0]=correction;  \
+       NORM f[0]=p. MAX/MIN/ARGMAX reduce one dim; out[1] (or out[0] for ARGMAX) i64   \
+       indices, out[1] may be NULL. Accumulate in f64 for f32/f64 inputs. */            \
+    X(SUM) X(MEAN) X(VAR) X(LOGSUMEXP) X(NORM) X(MAX) X(MIN) X(ARGMAX)                   \
+    /* MATMUL: in[0] [B..,M,K], in[1] [B..,K,N] expanded batch dims, either of the last  \
+       two strides may be 1 (transposed operands are not copied); out[0] [B..,M,N] */   \
+    X(MATMUL)                                                                            \
+    /* SOFTMAX/LOG_SOFTMAX: in[0] contiguous, i[0]=dim -> out[0].                        \
+       *_BWD: in[0]=y (the forward output), in[1]=dy -> out[0]=dx; i[0]=dim */           \
+    X(SOFTMAX) X(LOG_SOFTMAX) X(SOFTMAX_BWD) X(LOG_SOFTMAX_BWD)                          \
+    /* LAYER_NORM: in[0]=x [R,D] contiguous, in[1]=w [D] or NULL, in[2]=b or NULL,       \
+       f[0]=eps -> out[0]=y, out[1]=mean f32 [R], out[2]=rstd f32 [R].                   \
+       LAYER_NORM_BWD: in[0]=dy, in[1]=x, in[2]=mean, in[3]=rstd, in[4]=w or NULL        \
+       -> out[0]=dx, out[1]=dw or NULL, out[2]=db or NULL */                             \
+    X(LAYER_NORM) X(LAYER_NORM_BWD)                                                      \
+    /* EMBEDDING: in[0]=w [V,D], in[1]=ids i64/i32 (checked < V) -> out[0] [N,D].        \
+       EMBEDDING_BWD: in[0]=dy [N,D], in[1]=ids [N] -> out[0]=dw [V,D] (kernel zeroes);  \
+       i[0]=padding_idx or -1 */                                                         \
+    X(EMBEDDING) X(EMBEDDING_BWD)                                                        \
+    /* DROPOUT: in[0]=x -> out[0]=y, out[1]=mask bool; f[0]=p; i[0]=seed, i[1]=offset */ \
+    X(DROPOUT)                                                                           \
+    /* CROSS_ENTROPY: in[0]=logits [N,C], in[1]=target i64 [N] -> out[0]=loss ([] or [N]),\
+       out[1]=lse f32 [N]; i[0]=ignore_index, i[1]=em_reduction.                         \
+       CROSS_ENTROPY_BWD: in[0]=logits, in[1]=target, in[2]=lse, in[3]=dloss ([] or [N]) \
+       -> out[0]=dlogits; i as forward */                                                \
+    X(CROSS_ENTROPY) X(CROSS_ENTROPY_BWD)                                                \
+    /* CAT: list[0..nlist) -> out[0]; i[0]=dim */                                        \
+    X(CAT)                                                                               \
+    /* INDEX_SELECT: in[0]=x, in[1]=index i64 1-d; GATHER: in[1] index same ndim;        \
+       SCATTER_ADD: in[0]=self, in[1]=index, in[2]=src, out[0] starts as a copy of self;\
+       i[0]=dim. Indices are validated by the op before dispatch. */                     \
+    X(INDEX_SELECT) X(GATHER) X(SCATTER_ADD)                                             \
+    /* RAND U[f0,f1), RANDN N(f0,f1), BERNOULLI p=f0 (bool): out[0]; i[0]=seed, i[1]=offset\
+       (the first Philox counter; element e uses counter offset + e/4, lane e%4) */      \
+    X(RAND) X(RANDN) X(BERNOULLI)
+
+typedef enum em_op {
+#define EM_OP_ENUM(name) EM_OP_##name,
+    EM_OP_LIST(EM_OP_ENUM)
+#undef EM_OP_ENUM
+    EM_NUM_OPS
+} em_op;
+
+typedef enum em_op_class {
+    EM_CLASS_VIEW, EM_CLASS_CREATE, EM_CLASS_COPY, EM_CLASS_BINARY, EM_CLASS_COMPARE,
+    EM_CLASS_UNARY, EM_CLASS_SELECT, EM_CLASS_REDUCE, EM_CLASS_LINALG, EM_CLASS_NN,
+    EM_CLASS_SHAPE, EM_CLASS_INDEX, EM_CLASS_RANDOM
+} em_op_class;
+
+#define EM_KARGS_IN 6
+#define EM_KARGS_OUT 4
+typedef struct em_kargs {
+    em_op op;
+    struct em_tensor *in[EM_KARGS_IN];
+    struct em_tensor *out[EM_KARGS_OUT];
+    struct em_tensor *const *list;   /* CAT's inputs */
+    int nlist;
+    double f[4];
+    int64_t i[4];
+} em_kargs;
+
+typedef int (*em_kernel)(const em_kargs *k);   /* returns an em_status */
+
+typedef struct em_op_def {
+    const char *name;          /* "add", as in error messages and DOT graphs */
+    int n_in, n_out;           /* fixed arity; CAT uses list */
+    em_op_class cls;
+    bool differentiable;       /* has (or will have) a backward rule in autograd/ */
+} em_op_def;
+
+extern const em_op_def em_op_table[EM_NUM_OPS];
+
+#endif

@@ -1,0 +1,2 @@
+/* placeholder: written by helper D */
+typedef int em__placeholder_print;

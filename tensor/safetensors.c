@@ -1,0 +1,2 @@
+/* placeholder: written by helper E */
+typedef int em__placeholder_safetensors;

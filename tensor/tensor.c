@@ -1,0 +1,216 @@
+/* ember — tensors: construction, refcounts, element access, devices, threads. */
+#include "tensor/tensor_internal.h"
+
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+void (*em__ag_free_hook)(em_tensor *t);
+void (*em__record_hook)(const em_kargs *k);
+
+/* ---- devices and threads ---------------------------------------------------- */
+bool em_device_eq(em_device a, em_device b) { return a.type == b.type && a.index == b.index; }
+
+const char *em_device_str(em_device d, char buf[16])
+{
+    if (d.type == EM_DEVICE_CPU) snprintf(buf, 16, "cpu");
+    else snprintf(buf, 16, "cuda:%d", d.index);
+    return buf;
+}
+
+static int nthreads;
+
+int em_num_threads(void)
+{
+    if (!nthreads) {
+        const char *e = getenv("EM_NUM_THREADS");
+        if (!e) e = getenv("OMP_NUM_THREADS");
+        int n = e ? atoi(e) : 0;
+        nthreads = n > 0 ? n : omp_get_num_procs();
+        omp_set_num_threads(nthreads);
+    }
+    return nthreads;
+}
+
+void em_set_num_threads(int n)
+{
+    nthreads = n > 0 ? n : omp_get_num_procs();
+    omp_set_num_threads(nthreads);
+}
+
+/* ---- geometry ----------------------------------------------------------------- */
+void em__contiguous_strides(int ndim, const int64_t *shape, int64_t *stride)
+{
+    int64_t s = 1;
+    for (int d = ndim - 1; d >= 0; d--) {
+        stride[d] = s;
+        s *= shape[d] > 0 ? shape[d] : 1;
+    }
+}
+
+int64_t em_numel(const em_tensor *t)
+{
+    int64_t n = 1;
+    for (int d = 0; d < t->ndim; d++) n *= t->shape[d];
+    return n;
+}
+
+bool em_is_contiguous(const em_tensor *t)
+{
+    int64_t s = 1;
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        if (t->shape[d] == 0) return true;
+        if (t->shape[d] != 1 && t->stride[d] != s) return false;
+        s *= t->shape[d];
+    }
+    return true;
+}
+
+int em__wrap_dim(int dim, int ndim, const char *op)
+{
+    int n = ndim > 0 ? ndim : 1;
+    if (dim < -n || dim >= n) {
+        em__misuse(op, "dimension %d out of range for a %d-d tensor", dim, ndim);
+        return -1;
+    }
+    return dim < 0 ? dim + n : dim;
+}
+
+int64_t em_size(const em_tensor *t, int dim)
+{
+    int d = em__wrap_dim(dim, t->ndim, "em_size");
+    return d < 0 || t->ndim == 0 ? 1 : t->shape[d];
+}
+
+bool em__broadcast_shapes(int na, const int64_t *a, int nb, const int64_t *b, int *nout, int64_t *out)
+{
+    int n = na > nb ? na : nb;
+    for (int i = 0; i < n; i++) {
+        int64_t x = i < n - na ? 1 : a[i - (n - na)];
+        int64_t y = i < n - nb ? 1 : b[i - (n - nb)];
+        if (x != y && x != 1 && y != 1) return false;
+        out[i] = x == 1 ? y : x;
+    }
+    *nout = n;
+    return true;
+}
+
+/* ---- construction and refcounts -------------------------------------------------- */
+static em_tensor *tensor_new(em_storage *s, int ndim, const int64_t *shape, const int64_t *stride,
+                             int64_t offset, em_dtype dt)
+{
+    em_tensor *t = em__calloc(1, sizeof *t);
+    if (!t) return NULL;
+    t->storage = s;
+    t->offset = offset;
+    t->ndim = ndim;
+    memcpy(t->shape, shape, sizeof(int64_t) * (size_t)ndim);
+    memcpy(t->stride, stride, sizeof(int64_t) * (size_t)ndim);
+    t->dtype = dt;
+    t->device = s->device;
+    t->refcount = 1;
+    return t;
+}
+
+em_tensor *em__empty(int ndim, const int64_t *shape, em_dtype dt, em_device dev)
+{
+    EM_CHECK(ndim >= 0 && ndim <= EM_MAX_DIMS, "em_empty", "%d dims requested; at most %d are supported", ndim, EM_MAX_DIMS);
+    EM_CHECK((unsigned)dt < EM_NUM_DTYPES, "em_empty", "unknown dtype %d", (int)dt);
+    int64_t n = 1;
+    for (int d = 0; d < ndim; d++) {
+        EM_CHECK(shape[d] >= 0, "em_empty", "negative size %lld in shape %s", (long long)shape[d], em__dims_str(ndim, shape));
+        n *= shape[d];
+    }
+    int64_t stride[EM_MAX_DIMS];
+    em__contiguous_strides(ndim, shape, stride);
+    em_storage *s = em__storage_new((size_t)n * em_dtype_size(dt), dev);
+    if (!s) return NULL;
+    em_tensor *t = tensor_new(s, ndim, shape, stride, 0, dt);
+    if (!t) {
+        em__storage_release(s);
+        return NULL;
+    }
+    return em__scope_adopt(t);
+}
+
+em_tensor *em__view_of(em_tensor *base, int ndim, const int64_t *shape, const int64_t *stride, int64_t offset)
+{
+    em_tensor *t = tensor_new(base->storage, ndim, shape, stride, offset, base->dtype);
+    if (!t) return NULL;
+    base->storage->refcount++;
+    return em__scope_adopt(t);
+}
+
+em_tensor *em_empty(int ndim, const int64_t *shape, em_dtype dt, em_device dev)
+{
+    return em__empty(ndim, shape, dt, dev);
+}
+
+em_tensor *em_from_data(const void *data, int ndim, const int64_t *shape, em_dtype dt)
+{
+    em_tensor *t = em__empty(ndim, shape, dt, EM_CPU);
+    if (t && t->storage->nbytes) memcpy(t->storage->data, data, t->storage->nbytes);
+    return t;
+}
+
+em_tensor *em_retain(em_tensor *t)
+{
+    if (t) t->refcount++;
+    return t;
+}
+
+void em_release(em_tensor *t)
+{
+    if (!t || --t->refcount > 0) return;
+    if (t->ag && em__ag_free_hook) em__ag_free_hook(t);
+    em__storage_release(t->storage);
+    em__free(t);
+}
+
+/* ---- element access (slow; tests and teaching) ----------------------------------- */
+static char *elem_ptr(em_tensor *t, const int64_t *idx, const char *op)
+{
+    if (t->device.type != EM_DEVICE_CPU) {
+        em__misuse(op, "tensor is on a CUDA device; move it to the CPU with em_to first");
+        return NULL;
+    }
+    int64_t off = t->offset;
+    for (int d = 0; d < t->ndim; d++) {
+        if (idx[d] < 0 || idx[d] >= t->shape[d]) {
+            em__misuse(op, "index %lld out of range for dim %d of %s", (long long)idx[d], d, em__shape_str(t));
+            return NULL;
+        }
+        off += idx[d] * t->stride[d];
+    }
+    return (char *)t->storage->data + off * (int64_t)em_dtype_size(t->dtype);
+}
+
+double em_get(em_tensor *t, const int64_t *idx)
+{
+    char *p = elem_ptr(t, idx, "em_get");
+    return p ? em__load(p, t->dtype) : 0.0;
+}
+
+void em_set(em_tensor *t, const int64_t *idx, double v)
+{
+    char *p = elem_ptr(t, idx, "em_set");
+    if (!p) return;
+    em__store(p, t->dtype, v);
+    t->storage->version++;
+}
+
+double em_item(em_tensor *t)
+{
+    if (em_numel(t) != 1) {
+        em__misuse("em_item", "tensor of shape %s has %lld elements, not 1", em__shape_str(t), (long long)em_numel(t));
+        return 0.0;
+    }
+    int64_t zero[EM_MAX_DIMS] = {0};
+    return em_get(t, zero);
+}
+
+void *em_data_ptr(em_tensor *t)
+{
+    if (!t->storage->data) return NULL;
+    return (char *)t->storage->data + t->offset * (int64_t)em_dtype_size(t->dtype);
+}

@@ -1,0 +1,110 @@
+/* ember — tensor/ internals shared by the tensor layer, its backends and the
+ * layers above (autograd, amp). Not installed. */
+#ifndef EMBER_TENSOR_INTERNAL_H
+#define EMBER_TENSOR_INTERNAL_H
+
+#include "tensor/tensor.h"
+#include "tensor/ops.h"
+
+#include <stdarg.h>
+
+/* ---- storage ------------------------------------------------------------ */
+struct em_storage {
+    void *data;          /* owned; freed through the device allocator at refcount 0 */
+    size_t nbytes;
+    em_device device;
+    int32_t refcount;    /* one per tensor (view) that points here */
+    uint32_t version;    /* bumped by every in-place write; autograd checks it */
+};
+
+/* ---- errors -------------------------------------------------------------
+ * em__misuse: formats "ember: <op>: <msg> (<caller>)" and calls the handler.
+ * The default handler aborts; a test handler may return, in which case the op
+ * returns NULL. em__fail: records an outside failure; returns the status. */
+void em__misuse(const char *op, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+em_status em__fail(em_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* "[2,3,4]" in a small thread-local ring of buffers (8 live at once). */
+const char *em__shape_str(const em_tensor *t);
+const char *em__dims_str(int ndim, const int64_t *shape);
+
+/* Misuse check inside a function returning a pointer. */
+#define EM_CHECK(cond, op, ...) do { if (!(cond)) { em__misuse(op, __VA_ARGS__); return NULL; } } while (0)
+/* NULL in, NULL out: an earlier failure propagates without a second message. */
+#define EM_PROPAGATE_NULL(...) do { em_tensor *em__in_[] = {__VA_ARGS__}; \
+    for (size_t em__i = 0; em__i < sizeof em__in_ / sizeof *em__in_; em__i++) \
+        if (!em__in_[em__i]) return NULL; } while (0)
+
+/* ---- host allocations (metadata, scratch) ---------------------------------
+ * Every allocation, host metadata included, goes through these so the
+ * fail-the-Nth switch reaches it. On failure they set EM_ERR_OOM. */
+void *em__malloc(size_t n);
+void *em__calloc(size_t n, size_t size);
+void *em__realloc(void *p, size_t n);
+void em__free(void *p);
+bool em__alloc_should_fail(void);   /* consumes one tick of the fail-Nth switch */
+
+/* ---- device memory -------------------------------------------------------- */
+em_storage *em__storage_new(size_t nbytes, em_device dev);   /* NULL + EM_ERR_OOM */
+/* The CPU caching allocator (alloc.c): 64-byte aligned, blocks reused by size
+ * class so a steady loop never returns to the system. */
+void *em__cpu_alloc(size_t nbytes);
+void em__cpu_free(void *p, size_t nbytes);
+void em__storage_release(em_storage *s);
+
+/* ---- tensor construction ------------------------------------------------- */
+/* A new contiguous tensor, owned by the current scope (see tensor.h). */
+em_tensor *em__empty(int ndim, const int64_t *shape, em_dtype dt, em_device dev);
+/* A view of base's storage with the given geometry, owned by the current scope. */
+em_tensor *em__view_of(em_tensor *base, int ndim, const int64_t *shape, const int64_t *stride, int64_t offset);
+/* Hands a freshly made reference to the current scope (no-op at top level). */
+em_tensor *em__scope_adopt(em_tensor *t);
+void em__contiguous_strides(int ndim, const int64_t *shape, int64_t *stride);
+int em__wrap_dim(int dim, int ndim, const char *op);   /* -1 and misuse if out of range */
+/* NumPy broadcast of two shapes into out; false if incompatible. */
+bool em__broadcast_shapes(int na, const int64_t *a, int nb, const int64_t *b, int *nout, int64_t *out);
+
+/* ---- hooks for the layers above (tensor/ knows nothing of them) ----------- */
+/* Called when a tensor is freed, to free t->ag. Set by autograd/. */
+extern void (*em__ag_free_hook)(em_tensor *t);
+/* Called after every op's kernel ran; autograd records a node here. */
+extern void (*em__record_hook)(const em_kargs *k);
+
+/* ---- dispatch -------------------------------------------------------------
+ * Runs k->op on the device of its first output (or first input), through the
+ * device's backend table, then calls the record hook. Misuse when the device
+ * has no kernel for the op; returns the kernel's status. */
+em_status em__dispatch(em_kargs *k);
+
+/* A device backend: memory plus one kernel slot per op (NULL = unsupported). */
+typedef struct em_backend {
+    const char *name;
+    em_device_type type;
+    void *(*alloc)(size_t nbytes, int device_index);
+    void (*free)(void *p, size_t nbytes, int device_index);
+    /* Copies nbytes between host and device memory (either side may be this device). */
+    em_status (*memcpy)(void *dst, em_device ddev, const void *src, em_device sdev, size_t nbytes);
+    em_status (*synchronize)(int device_index);
+    em_kernel kernels[EM_NUM_OPS];
+} em_backend;
+void em__register_backend(const em_backend *b);
+const em_backend *em__backend(em_device_type type);   /* NULL when not registered */
+extern const em_backend em__cpu_backend;
+
+/* ---- per-element conversion (tensor/convert.c) ----------------------------- */
+double em__load(const void *p, em_dtype dt);
+void em__store(void *p, em_dtype dt, double v);   /* rounds to nearest even; ints truncate toward 0 */
+/* Contiguous bulk conversion of n elements (vectorized for f32<->f16/bf16). */
+void em__convert_n(void *dst, em_dtype ddt, const void *src, em_dtype sdt, int64_t n);
+uint16_t em__f32_to_bf16(float f);
+float em__bf16_to_f32(uint16_t h);
+uint16_t em__f32_to_f16(float f);
+float em__f16_to_f32(uint16_t h);
+
+/* ---- Philox4x32-10 (tensor/rng.c) ------------------------------------------
+ * The four 32-bit outputs for counter `counter` under key `seed`. Identical on
+ * every device: CUDA kernels implement the same function. */
+void em__philox(uint64_t seed, uint64_t counter, uint32_t out[4]);
+/* u in [0,1) from 24 random bits: (x >> 8) * 2^-24 (exactly representable in f32). */
+static inline float em__u32_to_unit(uint32_t x) { return (float)(x >> 8) * (1.0f / 16777216.0f); }
+
+#endif

@@ -1,0 +1,111 @@
+/* ember tests — shared helpers (see check_util.h). */
+#include "check_util.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+uint64_t tu_next(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+double tu_uniform(uint64_t *s, double lo, double hi)
+{
+    return lo + (hi - lo) * ((double)(tu_next(s) >> 11) / 9007199254740992.0);
+}
+
+em_tensor *tu_rand_tensor(int ndim, const int64_t *shape, em_dtype dt, double lo, double hi,
+                          uint64_t seed, double *ref)
+{
+    em_tensor *t = em_empty(ndim, shape, dt, EM_CPU);
+    if (!t) return NULL;
+    int64_t n = em_numel(t);
+    uint64_t st = seed;
+    int64_t idx[EM_MAX_DIMS] = {0};
+    for (int64_t e = 0; e < n; e++) {
+        double v = tu_uniform(&st, lo, hi);
+        if (dt == EM_I64 || dt == EM_I32) v = floor(v);
+        if (dt == EM_BOOL) v = v >= (lo + hi) / 2;
+        em_set(t, idx, v);
+        if (ref) ref[e] = em_get(t, idx);
+        for (int d = ndim - 1; d >= 0; d--) {
+            if (++idx[d] < shape[d]) break;
+            idx[d] = 0;
+        }
+    }
+    return t;
+}
+
+double *tu_to_doubles(em_tensor *t)
+{
+    int64_t n = em_numel(t);
+    double *out = malloc(sizeof(double) * (size_t)(n ? n : 1));
+    int64_t idx[EM_MAX_DIMS] = {0};
+    for (int64_t e = 0; e < n; e++) {
+        out[e] = em_get(t, idx);
+        for (int d = t->ndim - 1; d >= 0; d--) {
+            if (++idx[d] < t->shape[d]) break;
+            idx[d] = 0;
+        }
+    }
+    return out;
+}
+
+double tu_close_ratio(const double *got, const double *ref, int64_t n, double rtol, double atol)
+{
+    double worst = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (isnan(ref[i]) || isnan(got[i])) {
+            if (!(isnan(ref[i]) && isnan(got[i]))) return INFINITY;
+            continue;
+        }
+        if (isinf(ref[i]) || isinf(got[i])) {
+            if (got[i] != ref[i]) return INFINITY;
+            continue;
+        }
+        double r = fabs(got[i] - ref[i]) / (atol + rtol * fabs(ref[i]));
+        if (r > worst) worst = r;
+    }
+    return worst;
+}
+
+static const char *expected_msg;
+static void misuse_handler(const char *msg, void *user)
+{
+    (void)user;
+    if (expected_msg && strstr(msg, expected_msg)) abort();
+    fprintf(stderr, "misuse message did not contain \"%s\":\n  %s\n", expected_msg ? expected_msg : "", msg);
+    exit(3);
+}
+
+void tu_expect_misuse(const char *expected)
+{
+    expected_msg = expected;
+    em_set_misuse_handler(misuse_handler, NULL);
+}
+
+int tu_run_suite(Suite *s)
+{
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? 0 : 1;
+}
+
+int64_t tu_live_bytes(void) { return em_memory_stats_get(EM_CPU).live_bytes; }
+
+static const char *join(const char *env, const char *fallback, const char *rel)
+{
+    static _Thread_local char buf[4096];
+    const char *root = getenv(env);
+    snprintf(buf, sizeof buf, "%s/%s", root ? root : fallback, rel);
+    return buf;
+}
+const char *tu_shared_path(const char *rel) { return join("EMBER_SHARED_DATA", "../shared/data", rel); }
+const char *tu_fixture_path(const char *rel) { return join("EMBER_FIXTURES", "tests/fixtures", rel); }

@@ -1,0 +1,44 @@
+/* ember tests — shared helpers for the Check suites. */
+#ifndef EMBER_CHECK_UTIL_H
+#define EMBER_CHECK_UTIL_H
+
+#include <check.h>
+#include <stdint.h>
+
+#include "ember.h"
+
+/* A deterministic generator independent of ember's Philox (splitmix64), so
+ * references never share code with what they test. */
+uint64_t tu_next(uint64_t *state);
+double tu_uniform(uint64_t *state, double lo, double hi);
+/* A new contiguous tensor of dt filled with U[lo,hi) values (rounded to dt),
+ * owned like any op result. ref (may be NULL) receives the values as doubles,
+ * exactly as stored. */
+em_tensor *tu_rand_tensor(int ndim, const int64_t *shape, em_dtype dt, double lo, double hi,
+                          uint64_t seed, double *ref);
+/* All elements of t (any layout, any dtype) as doubles, in logical row-major order.
+ * Returns a malloc'd array the caller frees. */
+double *tu_to_doubles(em_tensor *t);
+/* max |got-ref| / (atol + rtol*|ref|) over n elements; <= 1 means close. NaNs must match. */
+double tu_close_ratio(const double *got, const double *ref, int64_t n, double rtol, double atol);
+#define tu_assert_close(got, ref, n, rtol, atol) \
+    ck_assert_msg(tu_close_ratio(got, ref, n, rtol, atol) <= 1.0, "not close: ratio %g", tu_close_ratio(got, ref, n, rtol, atol))
+
+/* Misuse tests (Check fork mode): install a handler that aborts when the
+ * message contains `expected`, and exits with status 3 (failing the test,
+ * which expects SIGABRT) after printing the message otherwise. */
+void tu_expect_misuse(const char *expected);
+/* Register a test that must end in SIGABRT. */
+#define tu_add_misuse_test(tc, fn) tcase_add_test_raise_signal(tc, fn, 6)
+
+/* Standard main: runs the suite built by `make_suite`, prints failures, and
+ * returns 0 when all pass. */
+int tu_run_suite(Suite *s);
+
+/* Live CPU bytes now. */
+int64_t tu_live_bytes(void);
+/* Path under ../shared/data or tests/fixtures (from the env set by meson). */
+const char *tu_shared_path(const char *rel);
+const char *tu_fixture_path(const char *rel);
+
+#endif
