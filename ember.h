@@ -4,5 +4,6 @@
 #define EMBER_H
 
 #include "tensor/tensor.h"
+#include "autograd/autograd.h"
 
 #endif

@@ -25,6 +25,5 @@ em_status em__dispatch(em_kargs *k)
     if (s != EM_OK) return s;
     for (int i = 0; i < EM_KARGS_OUT; i++)
         if (k->out[i]) k->out[i]->storage->version++;
-    if (em__record_hook) em__record_hook(k);
-    return EM_OK;
+    return em__record_hook ? em__record_hook(k) : EM_OK;
 }

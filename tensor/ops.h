@@ -96,6 +96,7 @@ typedef struct em_kargs {
     int nlist;
     double f[4];
     int64_t i[4];
+    bool inplace;   /* out[0] is an existing tensor written in place (em_copy_, em_fill_) */
 } em_kargs;
 
 typedef int (*em_kernel)(const em_kargs *k);   /* returns an em_status */

@@ -6,7 +6,7 @@
 #include <string.h>
 
 void (*em__ag_free_hook)(em_tensor *t);
-void (*em__record_hook)(const em_kargs *k);
+em_status (*em__record_hook)(const em_kargs *k);
 
 /* ---- devices and threads ---------------------------------------------------- */
 bool em_device_eq(em_device a, em_device b) { return a.type == b.type && a.index == b.index; }
@@ -139,6 +139,13 @@ em_tensor *em__view_of(em_tensor *base, int ndim, const int64_t *shape, const in
     if (!t) return NULL;
     base->storage->refcount++;
     return em__scope_adopt(t);
+}
+
+em_tensor *em__alias(em_tensor *t)
+{
+    em_tensor *a = tensor_new(t->storage, t->ndim, t->shape, t->stride, t->offset, t->dtype);
+    if (a) t->storage->refcount++;
+    return a;
 }
 
 em_tensor *em_empty(int ndim, const int64_t *shape, em_dtype dt, em_device dev)

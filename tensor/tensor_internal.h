@@ -66,8 +66,12 @@ bool em__broadcast_shapes(int na, const int64_t *a, int nb, const int64_t *b, in
 /* ---- hooks for the layers above (tensor/ knows nothing of them) ----------- */
 /* Called when a tensor is freed, to free t->ag. Set by autograd/. */
 extern void (*em__ag_free_hook)(em_tensor *t);
-/* Called after every op's kernel ran; autograd records a node here. */
-extern void (*em__record_hook)(const em_kargs *k);
+/* Called after every op's kernel ran; autograd records a node here. A failure
+ * (OOM) makes the op fail: it returns NULL with the error set. */
+extern em_status (*em__record_hook)(const em_kargs *k);
+/* A new reference-counted header over t's storage and geometry, without
+ * autograd metadata and NOT owned by any scope (the caller releases it). */
+em_tensor *em__alias(em_tensor *t);
 
 /* ---- dispatch -------------------------------------------------------------
  * Runs k->op on the device of its first output (or first input), through the

@@ -9,7 +9,7 @@ static em_tensor *recorded(em_op op, em_tensor *in, em_tensor *out, int64_t i0, 
 {
     if (out && em__record_hook) {
         em_kargs k = {.op = op, .in = {in}, .out = {out}, .i = {i0, i1, i2}};
-        em__record_hook(&k);
+        if (em__record_hook(&k) != EM_OK) return NULL;   /* out stays in the scope, which frees it */
     }
     return out;
 }
@@ -189,7 +189,7 @@ em_tensor *em_broadcast_to(em_tensor *t, int ndim, const int64_t *shape) { retur
 em_tensor *em_squeeze(em_tensor *t, int dim)
 {
     EM_PROPAGATE_NULL(t);
-    if (t->ndim == 0) return em__scope_adopt(em_retain(t)) ? recorded(EM_OP_VIEW, t, t, 0, 0, 0) : NULL;
+    if (t->ndim == 0) return recorded(EM_OP_VIEW, t, em__view_of(t, 0, t->shape, t->stride, t->offset), 0, 0, 0);
     int d = em__wrap_dim(dim, t->ndim, "em_squeeze");
     if (d < 0) return NULL;
     EM_CHECK(t->shape[d] == 1, "em_squeeze", "dim %d of %s has size %lld, not 1", d, em__shape_str(t), (long long)t->shape[d]);

@@ -1,2 +1,246 @@
-/* placeholder: written by helper B1 */
-typedef int em__placeholder_k_index;
+/* ember — CPU kernels for CAT, INDEX_SELECT, GATHER, SCATTER_ADD
+ * (contract in tensor/ops.h). Inputs may be any strided view; outputs are
+ * contiguous. Indices (i64 or i32) were range-checked by the op. CAT, GATHER
+ * and INDEX_SELECT move raw elements, so they work for every dtype.
+ * SCATTER_ADD adds in the element's dtype (f16/bf16 through f32) and is
+ * deterministic: threads split the positions off the scatter dim, each of
+ * which owns distinct output elements, so no atomics are needed and the
+ * order of additions into any element is fixed. */
+#include "tensor/cpu/cpu.h"
+
+#include <omp.h>
+#include <string.h>
+
+#define PAR_WORK 65536   /* elements below which a kernel stays on one thread */
+
+static char *data_of(const em_tensor *t)
+{
+    return (char *)t->storage->data + t->offset * (int64_t)em_dtype_size(t->dtype);
+}
+
+static inline void copy_elem(char *d, const char *s, size_t es)
+{
+    switch (es) {
+    case 1: *d = *s; break;
+    case 2: memcpy(d, s, 2); break;
+    case 4: memcpy(d, s, 4); break;
+    case 8: memcpy(d, s, 8); break;
+    default: memcpy(d, s, es); break;
+    }
+}
+
+static inline int64_t load_index(const char *p, em_dtype dt)
+{
+    return dt == EM_I32 ? *(const int32_t *)p : *(const int64_t *)p;
+}
+
+/* A strided block copy: shape[nd] elements from src (strides sst) to dst
+ * (strides dst_), in elements of size es. Dims merge where both sides allow;
+ * rows of the innermost dim are spread over threads when `par`. */
+static void copy_nd(char *dst, const int64_t *dst_, const char *src, const int64_t *sst,
+                    const int64_t *shape, int nd, size_t es, bool par)
+{
+    int64_t sz[EM_MAX_DIMS], ds[EM_MAX_DIMS], ss[EM_MAX_DIMS];
+    int n = 0;
+    int64_t total = 1;
+    for (int d = 0; d < nd; d++) {
+        total *= shape[d];
+        if (shape[d] == 1) continue;
+        if (n > 0 && ds[n - 1] == dst_[d] * shape[d] && ss[n - 1] == sst[d] * shape[d]) {
+            sz[n - 1] *= shape[d];
+            ds[n - 1] = dst_[d];
+            ss[n - 1] = sst[d];
+        } else {
+            sz[n] = shape[d]; ds[n] = dst_[d]; ss[n] = sst[d];
+            n++;
+        }
+    }
+    if (total == 0) return;
+    if (n == 0) { copy_elem(dst, src, es); return; }
+    const int64_t len = sz[n - 1], dstep = ds[n - 1] * (int64_t)es, sstep = ss[n - 1] * (int64_t)es;
+    const int64_t rows = total / len;
+    const bool contig = ds[n - 1] == 1 && ss[n - 1] == 1;
+#pragma omp parallel for schedule(static) if (par && total >= PAR_WORK && rows > 1)
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t q = r, doff = 0, soff = 0;
+        for (int d = n - 2; d >= 0; d--) {
+            int64_t i = q % sz[d];
+            q /= sz[d];
+            doff += i * ds[d];
+            soff += i * ss[d];
+        }
+        char *dp = dst + doff * (int64_t)es;
+        const char *sp = src + soff * (int64_t)es;
+        if (contig) {
+            memcpy(dp, sp, (size_t)len * es);
+        } else {
+            for (int64_t i = 0; i < len; i++, dp += dstep, sp += sstep) copy_elem(dp, sp, es);
+        }
+    }
+}
+
+int em_cpu_CAT(const em_kargs *k)
+{
+    em_tensor *out = k->out[0];
+    const int dim = (int)k->i[0];
+    const size_t es = em_dtype_size(out->dtype);
+    char *base = data_of(out);
+    int64_t at = 0;
+    for (int j = 0; j < k->nlist; j++) {
+        const em_tensor *t = k->list[j];
+        if (em_numel(t) == 0) continue;   /* includes torch's skipped 1-d [0] inputs */
+        copy_nd(base + at * out->stride[dim] * (int64_t)es, out->stride, data_of(t), t->stride,
+                t->shape, t->ndim, es, true);
+        at += t->shape[dim];
+    }
+    return EM_OK;
+}
+
+int em_cpu_INDEX_SELECT(const em_kargs *k)
+{
+    const em_tensor *x = k->in[0], *index = k->in[1];
+    em_tensor *out = k->out[0];
+    const int dim = (int)k->i[0];
+    const size_t es = em_dtype_size(x->dtype);
+    const int64_t nidx = em_numel(index);
+    const int64_t istride = index->ndim ? index->stride[0] : 0;
+    const char *ip = data_of(index);
+    const size_t ies = em_dtype_size(index->dtype);
+    /* out[outer, j, inner] = x[outer, index[j], inner] */
+    int64_t outer = 1, inner = 1;
+    for (int d = 0; d < dim; d++) outer *= x->shape[d];
+    for (int d = dim + 1; d < x->ndim; d++) inner *= x->shape[d];
+    const int64_t pairs = outer * nidx;
+    if (pairs == 0 || inner == 0) return EM_OK;
+    const char *xb = data_of(x);
+    char *ob = data_of(out);
+    const int nin = x->ndim - dim - 1;
+#pragma omp parallel for schedule(static) if (pairs * inner >= PAR_WORK && pairs > 1)
+    for (int64_t p = 0; p < pairs; p++) {
+        int64_t o = p / nidx, j = p % nidx;
+        int64_t xo = 0, oo = 0, q = o;
+        for (int d = dim - 1; d >= 0; d--) {
+            int64_t i = q % x->shape[d];
+            q /= x->shape[d];
+            xo += i * x->stride[d];
+            oo += i * out->stride[d];
+        }
+        int64_t sel = load_index(ip + j * istride * (int64_t)ies, index->dtype);
+        xo += sel * x->stride[dim];
+        oo += j * out->stride[dim];
+        copy_nd(ob + oo * (int64_t)es, out->stride + dim + 1, xb + xo * (int64_t)es, x->stride + dim + 1,
+                x->shape + dim + 1, nin, es, false);
+    }
+    return EM_OK;
+}
+
+/* Visits the index tensor row by row (rows of its last dim). For each row,
+ * the offsets of its first element in index, x (coordinate `dim` left out),
+ * and a contiguous tensor of index's shape. */
+typedef struct row_geom {
+    int64_t ioff, xoff, ooff;
+} row_geom;
+
+static row_geom row_at(const em_tensor *index, const em_tensor *x, const int64_t *ostride, int dim,
+                       int64_t row)
+{
+    row_geom g = {0, 0, 0};
+    int64_t q = row;
+    for (int d = index->ndim - 2; d >= 0; d--) {
+        int64_t i = q % index->shape[d];
+        q /= index->shape[d];
+        g.ioff += i * index->stride[d];
+        g.ooff += i * ostride[d];
+        if (d != dim) g.xoff += i * x->stride[d];
+    }
+    return g;
+}
+
+int em_cpu_GATHER(const em_kargs *k)
+{
+    const em_tensor *x = k->in[0], *index = k->in[1];
+    em_tensor *out = k->out[0];
+    const int dim = (int)k->i[0];
+    const size_t es = em_dtype_size(x->dtype), ies = em_dtype_size(index->dtype);
+    const int64_t n = em_numel(index);
+    if (n == 0) return EM_OK;
+    if (index->ndim == 0) {   /* 0-d: one element */
+        int64_t sel = load_index(data_of(index), index->dtype);
+        copy_elem(data_of(out), data_of(x) + sel * (x->ndim ? x->stride[0] : 0) * (int64_t)es, es);
+        return EM_OK;
+    }
+    const int last = index->ndim - 1;
+    const int64_t len = index->shape[last], rows = n / len;
+    const int64_t is = index->stride[last] * (int64_t)ies;
+    const int64_t xs = (last == dim ? 0 : x->stride[last]) * (int64_t)es;
+    const int64_t xd = x->stride[dim] * (int64_t)es;
+    const char *ib = data_of(index), *xb = data_of(x);
+    char *ob = data_of(out);
+#pragma omp parallel for schedule(static) if (n >= PAR_WORK && rows > 1)
+    for (int64_t r = 0; r < rows; r++) {
+        row_geom g = row_at(index, x, out->stride, dim, r);
+        const char *ip = ib + g.ioff * (int64_t)ies;
+        const char *xp = xb + g.xoff * (int64_t)es;
+        char *op = ob + g.ooff * (int64_t)es;
+        for (int64_t i = 0; i < len; i++, ip += is, xp += xs, op += es)
+            copy_elem(op, xp + load_index(ip, index->dtype) * xd, es);
+    }
+    return EM_OK;
+}
+
+/* dst += src for one element of dtype dt. */
+static inline void add_elem(char *dst, const char *src, em_dtype dt)
+{
+    switch (dt) {
+    case EM_F32: *(float *)dst += *(const float *)src; break;
+    case EM_F64: *(double *)dst += *(const double *)src; break;
+    case EM_I64: *(int64_t *)dst = (int64_t)((uint64_t) * (int64_t *)dst + (uint64_t) * (const int64_t *)src); break;
+    case EM_I32: *(int32_t *)dst = (int32_t)((uint32_t) * (int32_t *)dst + (uint32_t) * (const int32_t *)src); break;
+    case EM_F16:
+        *(uint16_t *)dst = em__f32_to_f16(em__f16_to_f32(*(uint16_t *)dst) + em__f16_to_f32(*(const uint16_t *)src));
+        break;
+    case EM_BF16:
+        *(uint16_t *)dst = em__f32_to_bf16(em__bf16_to_f32(*(uint16_t *)dst) + em__bf16_to_f32(*(const uint16_t *)src));
+        break;
+    default: break;
+    }
+}
+
+int em_cpu_SCATTER_ADD(const em_kargs *k)
+{
+    em_tensor *out = k->out[0];
+    const em_tensor *index = k->in[1], *src = k->in[2];
+    const int dim = (int)k->i[0];
+    const em_dtype dt = out->dtype;
+    const size_t es = em_dtype_size(dt), ies = em_dtype_size(index->dtype);
+    const int64_t n = em_numel(index);
+    if (n == 0) return EM_OK;
+    const char *ib = data_of(index), *sb = data_of(src);
+    char *ob = data_of(out);
+    if (index->ndim == 0) {
+        int64_t sel = load_index(ib, index->dtype);
+        add_elem(ob + sel * (out->ndim ? out->stride[0] : 0) * (int64_t)es, sb, dt);
+        return EM_OK;
+    }
+    /* One task per position off `dim`; each walks index along `dim` in order. */
+    const int64_t J = index->shape[dim], tasks = n / J;
+    const int64_t ijs = index->stride[dim] * (int64_t)ies, sjs = src->stride[dim] * (int64_t)es;
+    const int64_t od = out->stride[dim] * (int64_t)es;
+#pragma omp parallel for schedule(static) if (n >= PAR_WORK && tasks > 1)
+    for (int64_t t = 0; t < tasks; t++) {
+        int64_t q = t, io = 0, so = 0, oo = 0;
+        for (int d = index->ndim - 1; d >= 0; d--) {
+            if (d == dim) continue;
+            int64_t i = q % index->shape[d];
+            q /= index->shape[d];
+            io += i * index->stride[d];
+            so += i * src->stride[d];
+            oo += i * out->stride[d];
+        }
+        const char *ip = ib + io * (int64_t)ies, *sp = sb + so * (int64_t)es;
+        char *op = ob + oo * (int64_t)es;
+        for (int64_t j = 0; j < J; j++, ip += ijs, sp += sjs)
+            add_elem(op + load_index(ip, index->dtype) * od, sp, dt);
+    }
+    return EM_OK;
+}

@@ -1,2 +1,887 @@
-/* placeholder: written by helper B2 */
-typedef int em__placeholder_k_nn;
+/* ember — CPU kernels of the fused NN ops (contracts in tensor/ops.h):
+ * softmax / log_softmax and their backward, layer_norm and its backward,
+ * embedding and its backward, dropout, cross-entropy and its backward.
+ *
+ * Every kernel accepts strided inputs and writes contiguous outputs. f32 has
+ * fast paths over contiguous rows, vectorized with `omp simd` and em__expf.
+ * Everything else gathers a row into a per-thread scratch row (f32 for
+ * f32/f16/bf16, f64 for f64), computes there with the same row functions, and
+ * scatters the result back. Reductions across rows (layer_norm's dw/db,
+ * embedding's dw, cross-entropy's mean) run in a fixed order, so results are
+ * bit-identical whatever the thread count.
+ *
+ * Failure: scratch allocations go through em__malloc and return EM_ERR_OOM.
+ * Ids/targets are validated by the ops; the kernels re-check them cheaply and
+ * return EM_ERR_INVALID rather than read out of bounds.
+ */
+#include "tensor/cpu/cpu.h"
+#include "tensor/cpu/vmath.h"
+
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
+#define PAR_MIN_WORK 32768      /* elements below which one thread does it all */
+#define BIG_ROW 65536           /* a softmax row this long is split across threads */
+#define LN_BWD_CHUNKS 32        /* fixed row chunks of layer_norm's dw/db reduction */
+
+/* ---- shared helpers ------------------------------------------------------- */
+
+static int threads_for(int64_t work, int64_t units)
+{
+    if (work < PAR_MIN_WORK || units < 2 || omp_in_parallel()) return 1;
+    int nt = em_num_threads();
+    return nt > units ? (int)units : (nt < 1 ? 1 : nt);
+}
+
+static inline char *data_of(const em_tensor *t) { return (char *)t->storage->data; }
+static inline int64_t dim_size(const em_tensor *t, int dim) { return dim < 0 ? 1 : t->shape[dim]; }
+static inline int64_t dim_stride(const em_tensor *t, int dim) { return dim < 0 ? 0 : t->stride[dim]; }
+
+/* Element offset (t->offset included) of row r, where the rows of t along
+ * `dim` enumerate every index with `dim` left out, in row-major order.
+ * dim = -1 leaves nothing out: row r is then element r. */
+static int64_t row_base(const em_tensor *t, int dim, int64_t r)
+{
+    int64_t off = t->offset;
+    for (int d = t->ndim - 1; d >= 0 && r > 0; d--) {
+        if (d == dim) continue;
+        off += (r % t->shape[d]) * t->stride[d];
+        r /= t->shape[d];
+    }
+    return off;
+}
+
+/* Product of the sizes after dim (1 when dim is the last one or -1). */
+static int64_t inner_size(const em_tensor *t, int dim)
+{
+    int64_t n = 1;
+    for (int d = dim < 0 ? t->ndim : dim + 1; d < t->ndim; d++) n *= t->shape[d];
+    return n;
+}
+
+/* n elements of t from offset off, stride st, as f32 (f32/f16/bf16) ... */
+static void load_row_f(const em_tensor *t, int64_t off, int64_t st, int64_t n, float *dst)
+{
+    const char *p = data_of(t);
+    switch (t->dtype) {
+    case EM_F32: for (int64_t j = 0; j < n; j++) dst[j] = ((const float *)p)[off + j * st]; break;
+    case EM_F16: for (int64_t j = 0; j < n; j++) dst[j] = em__f16_to_f32(((const uint16_t *)p)[off + j * st]); break;
+    case EM_BF16: for (int64_t j = 0; j < n; j++) dst[j] = em__bf16_to_f32(((const uint16_t *)p)[off + j * st]); break;
+    default: {
+        size_t es = em_dtype_size(t->dtype);
+        for (int64_t j = 0; j < n; j++) dst[j] = (float)em__load(p + (size_t)(off + j * st) * es, t->dtype);
+    }
+    }
+}
+
+static void store_row_f(em_tensor *t, int64_t off, int64_t st, int64_t n, const float *src)
+{
+    char *p = data_of(t);
+    switch (t->dtype) {
+    case EM_F32: for (int64_t j = 0; j < n; j++) ((float *)p)[off + j * st] = src[j]; break;
+    case EM_F16: for (int64_t j = 0; j < n; j++) ((uint16_t *)p)[off + j * st] = em__f32_to_f16(src[j]); break;
+    case EM_BF16: for (int64_t j = 0; j < n; j++) ((uint16_t *)p)[off + j * st] = em__f32_to_bf16(src[j]); break;
+    default: {
+        size_t es = em_dtype_size(t->dtype);
+        for (int64_t j = 0; j < n; j++) em__store(p + (size_t)(off + j * st) * es, t->dtype, src[j]);
+    }
+    }
+}
+
+/* ... or as f64 (any dtype; f64 is the fast case). */
+static void load_row_d(const em_tensor *t, int64_t off, int64_t st, int64_t n, double *dst)
+{
+    const char *p = data_of(t);
+    if (t->dtype == EM_F64) {
+        for (int64_t j = 0; j < n; j++) dst[j] = ((const double *)p)[off + j * st];
+        return;
+    }
+    size_t es = em_dtype_size(t->dtype);
+    for (int64_t j = 0; j < n; j++) dst[j] = em__load(p + (size_t)(off + j * st) * es, t->dtype);
+}
+
+static void store_row_d(em_tensor *t, int64_t off, int64_t st, int64_t n, const double *src)
+{
+    char *p = data_of(t);
+    if (t->dtype == EM_F64) {
+        for (int64_t j = 0; j < n; j++) ((double *)p)[off + j * st] = src[j];
+        return;
+    }
+    size_t es = em_dtype_size(t->dtype);
+    for (int64_t j = 0; j < n; j++) em__store(p + (size_t)(off + j * st) * es, t->dtype, src[j]);
+}
+
+/* One element of t at element offset off, as a double. */
+static inline double load_at(const em_tensor *t, int64_t off)
+{
+    return em__load(data_of(t) + (size_t)off * em_dtype_size(t->dtype), t->dtype);
+}
+
+/* Element i of an integer index tensor (i64 or i32), in logical order. */
+static inline int64_t index_at(const em_tensor *t, int64_t i, bool contig)
+{
+    int64_t off = contig ? t->offset + i : row_base(t, -1, i);
+    return t->dtype == EM_I64 ? ((const int64_t *)data_of(t))[off] : ((const int32_t *)data_of(t))[off];
+}
+
+/* ---- softmax / log_softmax ------------------------------------------------ */
+
+/* Row max ignoring NaN (a NaN still poisons the sum below, as in torch). */
+static inline float row_max_f32(const float *x, int64_t n)
+{
+    float m = -INFINITY;
+#pragma omp simd reduction(max : m)
+    for (int64_t j = 0; j < n; j++) m = x[j] > m ? x[j] : m;
+    return m;
+}
+
+/* y = softmax(x) or log_softmax(x) over n contiguous floats; y may be x.
+ * A row of only -inf gives NaN, as torch. */
+static void softmax_row_f32(const float *x, float *y, int64_t n, bool log_out)
+{
+    float m = row_max_f32(x, n), s = 0.0f;
+    if (log_out) {
+#pragma omp simd reduction(+ : s)
+        for (int64_t j = 0; j < n; j++) s += em__expf(x[j] - m);
+        float ls = logf(s);
+#pragma omp simd
+        for (int64_t j = 0; j < n; j++) y[j] = (x[j] - m) - ls;
+    } else {
+#pragma omp simd reduction(+ : s)
+        for (int64_t j = 0; j < n; j++) {
+            float e = em__expf(x[j] - m);
+            y[j] = e;
+            s += e;
+        }
+        float inv = 1.0f / s;
+#pragma omp simd
+        for (int64_t j = 0; j < n; j++) y[j] *= inv;
+    }
+}
+
+static void softmax_row_f64(const double *x, double *y, int64_t n, bool log_out)
+{
+    double m = -INFINITY, s = 0.0;
+    for (int64_t j = 0; j < n; j++) m = x[j] > m ? x[j] : m;
+    if (log_out) {
+        for (int64_t j = 0; j < n; j++) s += exp(x[j] - m);
+        double ls = log(s);
+        for (int64_t j = 0; j < n; j++) y[j] = (x[j] - m) - ls;
+    } else {
+        for (int64_t j = 0; j < n; j++) s += (y[j] = exp(x[j] - m));
+        for (int64_t j = 0; j < n; j++) y[j] /= s;
+    }
+}
+
+/* One long contiguous f32 row split across nt threads: each thread folds its
+ * part, block by block, into a running (max m, sum of exp(x - m)); the parts
+ * combine in thread order; a second parallel pass writes y. */
+static void softmax_bigrow_f32(const float *x, float *y, int64_t n, bool log_out, int nt)
+{
+    enum { BLOCK = 4096, MAXT = 256 };
+    float pm[MAXT], ps[MAXT];
+    if (nt > MAXT) nt = MAXT;
+    for (int t = 0; t < nt; t++) pm[t] = -INFINITY, ps[t] = 0.0f;
+#pragma omp parallel num_threads(nt)
+    {
+        int t = omp_get_thread_num(), T = omp_get_num_threads();
+        int64_t lo = n * t / T, hi = n * (t + 1) / T;
+        float m = -INFINITY, s = 0.0f;
+        for (int64_t b = lo; b < hi; b += BLOCK) {
+            int64_t len = hi - b < BLOCK ? hi - b : BLOCK;
+            float bm = row_max_f32(x + b, len);
+            if (bm > m) {
+                s *= em__expf(m - bm);
+                m = bm;
+            }
+            /* while everything so far is -inf, shift by 0: exp(-inf) = 0, NaN stays NaN */
+            float ref = m == -INFINITY ? 0.0f : m, bs = 0.0f;
+#pragma omp simd reduction(+ : bs)
+            for (int64_t j = b; j < b + len; j++) bs += em__expf(x[j] - ref);
+            s += bs;
+        }
+        pm[t] = m;
+        ps[t] = s;
+    }
+    float M = -INFINITY, S = 0.0f;
+    for (int t = 0; t < nt; t++) M = pm[t] > M ? pm[t] : M;
+    for (int t = 0; t < nt; t++) S += ps[t] * em__expf(pm[t] - M);   /* all -inf: NaN, as one row */
+    float ls = logf(S), inv = 1.0f / S;
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t b = 0; b < n; b += BLOCK) {
+        int64_t e = n - b < BLOCK ? n : b + BLOCK;
+        if (log_out) {
+#pragma omp simd
+            for (int64_t j = b; j < e; j++) y[j] = (x[j] - M) - ls;
+        } else {
+#pragma omp simd
+            for (int64_t j = b; j < e; j++) y[j] = em__expf(x[j] - M) * inv;
+        }
+    }
+}
+
+static int softmax_forward(const em_kargs *k, bool log_out)
+{
+    const em_tensor *x = k->in[0];
+    em_tensor *y = k->out[0];
+    int dim = (int)k->i[0];   /* -1 for a 0-d tensor */
+    int64_t n = dim_size(x, dim), numel = em_numel(x);
+    if (n == 0 || numel == 0) return EM_OK;
+    int64_t rows = numel / n;
+    int nt = threads_for(numel, rows);
+
+    if (x->dtype == EM_F32 && y->dtype == EM_F32 && em_is_contiguous(x) && em_is_contiguous(y) &&
+        inner_size(x, dim) == 1) {
+        const float *xp = (const float *)data_of(x) + x->offset;
+        float *yp = (float *)data_of(y) + y->offset;
+        int maxt = threads_for(numel, numel);
+        if (n >= BIG_ROW && maxt > 1 && rows < 4 * (int64_t)maxt) {
+            for (int64_t r = 0; r < rows; r++) softmax_bigrow_f32(xp + r * n, yp + r * n, n, log_out, maxt);
+            return EM_OK;
+        }
+#pragma omp parallel for num_threads(nt) schedule(static)
+        for (int64_t r = 0; r < rows; r++) softmax_row_f32(xp + r * n, yp + r * n, n, log_out);
+        return EM_OK;
+    }
+
+    bool dbl = x->dtype == EM_F64;
+    size_t es = dbl ? sizeof(double) : sizeof(float);
+    char *scratch = em__malloc((size_t)nt * (size_t)n * es);
+    if (!scratch) return EM_ERR_OOM;
+    int64_t xs = dim_stride(x, dim), ys = dim_stride(y, dim);
+#pragma omp parallel num_threads(nt)
+    {
+        void *buf = scratch + (size_t)omp_get_thread_num() * (size_t)n * es;
+#pragma omp for schedule(static)
+        for (int64_t r = 0; r < rows; r++) {
+            int64_t xo = row_base(x, dim, r), yo = row_base(y, dim, r);
+            if (dbl) {
+                load_row_d(x, xo, xs, n, buf);
+                softmax_row_f64(buf, buf, n, log_out);
+                store_row_d(y, yo, ys, n, buf);
+            } else {
+                load_row_f(x, xo, xs, n, buf);
+                softmax_row_f32(buf, buf, n, log_out);
+                store_row_f(y, yo, ys, n, buf);
+            }
+        }
+    }
+    em__free(scratch);
+    return EM_OK;
+}
+
+int em_cpu_SOFTMAX(const em_kargs *k) { return softmax_forward(k, false); }
+int em_cpu_LOG_SOFTMAX(const em_kargs *k) { return softmax_forward(k, true); }
+
+/* dx from the forward output y and dy over n contiguous elements; dx may be dy.
+ *   softmax:     dx = y * (dy - sum(dy * y))
+ *   log_softmax: dx = dy - exp(y) * sum(dy) */
+static void softmax_bwd_row_f32(const float *y, const float *dy, float *dx, int64_t n, bool log_out)
+{
+    float s = 0.0f;
+    if (log_out) {
+#pragma omp simd reduction(+ : s)
+        for (int64_t j = 0; j < n; j++) s += dy[j];
+#pragma omp simd
+        for (int64_t j = 0; j < n; j++) dx[j] = dy[j] - em__expf(y[j]) * s;
+    } else {
+#pragma omp simd reduction(+ : s)
+        for (int64_t j = 0; j < n; j++) s += dy[j] * y[j];
+#pragma omp simd
+        for (int64_t j = 0; j < n; j++) dx[j] = y[j] * (dy[j] - s);
+    }
+}
+
+static void softmax_bwd_row_f64(const double *y, const double *dy, double *dx, int64_t n, bool log_out)
+{
+    double s = 0.0;
+    if (log_out) {
+        for (int64_t j = 0; j < n; j++) s += dy[j];
+        for (int64_t j = 0; j < n; j++) dx[j] = dy[j] - exp(y[j]) * s;
+    } else {
+        for (int64_t j = 0; j < n; j++) s += dy[j] * y[j];
+        for (int64_t j = 0; j < n; j++) dx[j] = y[j] * (dy[j] - s);
+    }
+}
+
+static int softmax_backward(const em_kargs *k, bool log_out)
+{
+    const em_tensor *y = k->in[0], *dy = k->in[1];
+    em_tensor *dx = k->out[0];
+    int dim = (int)k->i[0];
+    int64_t n = dim_size(dx, dim), numel = em_numel(dx);
+    if (n == 0 || numel == 0) return EM_OK;
+    int64_t rows = numel / n;
+    int nt = threads_for(numel, rows);
+
+    if (y->dtype == EM_F32 && dy->dtype == EM_F32 && dx->dtype == EM_F32 && em_is_contiguous(y) &&
+        em_is_contiguous(dy) && em_is_contiguous(dx) && inner_size(dx, dim) == 1) {
+        const float *yp = (const float *)data_of(y) + y->offset, *gp = (const float *)data_of(dy) + dy->offset;
+        float *op = (float *)data_of(dx) + dx->offset;
+#pragma omp parallel for num_threads(nt) schedule(static)
+        for (int64_t r = 0; r < rows; r++) softmax_bwd_row_f32(yp + r * n, gp + r * n, op + r * n, n, log_out);
+        return EM_OK;
+    }
+
+    bool dbl = dx->dtype == EM_F64;
+    size_t es = dbl ? sizeof(double) : sizeof(float);
+    char *scratch = em__malloc((size_t)nt * 2 * (size_t)n * es);
+    if (!scratch) return EM_ERR_OOM;
+#pragma omp parallel num_threads(nt)
+    {
+        char *buf = scratch + (size_t)omp_get_thread_num() * 2 * (size_t)n * es;
+        void *yb = buf, *gb = buf + (size_t)n * es;
+#pragma omp for schedule(static)
+        for (int64_t r = 0; r < rows; r++) {
+            int64_t yo = row_base(y, dim, r), go = row_base(dy, dim, r), oo = row_base(dx, dim, r);
+            if (dbl) {
+                load_row_d(y, yo, dim_stride(y, dim), n, yb);
+                load_row_d(dy, go, dim_stride(dy, dim), n, gb);
+                softmax_bwd_row_f64(yb, gb, gb, n, log_out);
+                store_row_d(dx, oo, dim_stride(dx, dim), n, gb);
+            } else {
+                load_row_f(y, yo, dim_stride(y, dim), n, yb);
+                load_row_f(dy, go, dim_stride(dy, dim), n, gb);
+                softmax_bwd_row_f32(yb, gb, gb, n, log_out);
+                store_row_f(dx, oo, dim_stride(dx, dim), n, gb);
+            }
+        }
+    }
+    em__free(scratch);
+    return EM_OK;
+}
+
+int em_cpu_SOFTMAX_BWD(const em_kargs *k) { return softmax_backward(k, false); }
+int em_cpu_LOG_SOFTMAX_BWD(const em_kargs *k) { return softmax_backward(k, true); }
+
+/* ---- layer_norm ------------------------------------------------------------ */
+
+/* Mean and 1/sqrt(biased variance + eps) of n contiguous values: two passes,
+ * accumulated in f64, so a large common offset costs no accuracy. */
+static void ln_stats_f32(const float *x, int64_t n, double eps, float *mu, float *rs)
+{
+    double s = 0.0, v = 0.0;
+#pragma omp simd reduction(+ : s)
+    for (int64_t j = 0; j < n; j++) s += x[j];
+    double m = n ? s / (double)n : 0.0;
+#pragma omp simd reduction(+ : v)
+    for (int64_t j = 0; j < n; j++) {
+        double d = (double)x[j] - m;
+        v += d * d;
+    }
+    *mu = (float)m;
+    *rs = (float)(1.0 / sqrt((n ? v / (double)n : 0.0) + eps));
+}
+
+static void ln_stats_f64(const double *x, int64_t n, double eps, double *mu, double *rs)
+{
+    double s = 0.0, v = 0.0;
+    for (int64_t j = 0; j < n; j++) s += x[j];
+    double m = n ? s / (double)n : 0.0;
+    for (int64_t j = 0; j < n; j++) v += (x[j] - m) * (x[j] - m);
+    *mu = m;
+    *rs = 1.0 / sqrt((n ? v / (double)n : 0.0) + eps);
+}
+
+/* y = (x - mu) * rs * w + b over n contiguous values; y may be x. */
+static void ln_row_f32(const float *x, float *y, int64_t n, const float *w, const float *b, float mu, float rs)
+{
+#pragma omp simd
+    for (int64_t j = 0; j < n; j++) y[j] = (x[j] - mu) * rs * w[j] + b[j];
+}
+
+static void ln_row_f64(const double *x, double *y, int64_t n, const double *w, const double *b, double mu, double rs)
+{
+    for (int64_t j = 0; j < n; j++) y[j] = (x[j] - mu) * rs * w[j] + b[j];
+}
+
+/* Writes element r of a contiguous f32/f64 statistics output. */
+static inline void put_stat(em_tensor *t, int64_t r, double v)
+{
+    if (t->dtype == EM_F64) ((double *)data_of(t))[t->offset + r] = v;
+    else ((float *)data_of(t))[t->offset + r] = (float)v;
+}
+
+/* Element r (logical order) of a statistics input of any layout. */
+static inline double get_stat(const em_tensor *t, int64_t r)
+{
+    int64_t off = row_base(t, -1, r);
+    return t->dtype == EM_F32 ? ((const float *)data_of(t))[off] : load_at(t, off);
+}
+
+/* w (or ones) and b (or zeros) as contiguous compute-type vectors of n. */
+static void affine_vectors(const em_tensor *w, const em_tensor *b, int64_t n, bool dbl, void *wv, void *bv)
+{
+    const em_tensor *src[2] = {w, b};
+    void *dst[2] = {wv, bv};
+    for (int i = 0; i < 2; i++) {
+        if (!dst[i]) continue;
+        if (src[i] && dbl) load_row_d(src[i], src[i]->offset, src[i]->stride[0], n, dst[i]);
+        else if (src[i]) load_row_f(src[i], src[i]->offset, src[i]->stride[0], n, dst[i]);
+        else if (dbl) for (int64_t j = 0; j < n; j++) ((double *)dst[i])[j] = i == 0;
+        else for (int64_t j = 0; j < n; j++) ((float *)dst[i])[j] = i == 0;
+    }
+}
+
+int em_cpu_LAYER_NORM(const em_kargs *k)
+{
+    const em_tensor *x = k->in[0];
+    em_tensor *y = k->out[0], *mean = k->out[1], *rstd = k->out[2];
+    double eps = k->f[0];
+    int last = x->ndim - 1;
+    int64_t D = x->shape[last], R = em_numel(mean);
+    if (R == 0) return EM_OK;
+    if (D == 0) {   /* an empty row: mean 0, variance 0 */
+        for (int64_t r = 0; r < R; r++) put_stat(mean, r, 0.0), put_stat(rstd, r, 1.0 / sqrt(eps));
+        return EM_OK;
+    }
+    bool dbl = x->dtype == EM_F64;
+    bool fast = x->dtype == EM_F32 && em_is_contiguous(x) && y->dtype == EM_F32;
+    size_t es = dbl ? sizeof(double) : sizeof(float);
+    int nt = threads_for(R * D, R);
+    char *scratch = em__malloc((size_t)(2 + (fast ? 0 : nt)) * (size_t)D * es);
+    if (!scratch) return EM_ERR_OOM;
+    void *wv = scratch, *bv = scratch + (size_t)D * es;
+    affine_vectors(k->in[1], k->in[2], D, dbl, wv, bv);
+    int64_t xs = x->stride[last];
+#pragma omp parallel num_threads(nt)
+    {
+        void *buf = scratch + (size_t)(2 + omp_get_thread_num()) * (size_t)D * es;
+#pragma omp for schedule(static)
+        for (int64_t r = 0; r < R; r++) {
+            if (fast) {
+                const float *xr = (const float *)data_of(x) + x->offset + r * D;
+                float *yr = (float *)data_of(y) + y->offset + r * D, mu, rs;
+                ln_stats_f32(xr, D, eps, &mu, &rs);
+                ln_row_f32(xr, yr, D, wv, bv, mu, rs);
+                put_stat(mean, r, mu), put_stat(rstd, r, rs);
+            } else if (dbl) {
+                double mu, rs;
+                load_row_d(x, row_base(x, last, r), xs, D, buf);
+                ln_stats_f64(buf, D, eps, &mu, &rs);
+                ln_row_f64(buf, buf, D, wv, bv, mu, rs);
+                store_row_d(y, y->offset + r * D, 1, D, buf);
+                put_stat(mean, r, mu), put_stat(rstd, r, rs);
+            } else {
+                float mu, rs;
+                load_row_f(x, row_base(x, last, r), xs, D, buf);
+                ln_stats_f32(buf, D, eps, &mu, &rs);
+                ln_row_f32(buf, buf, D, wv, bv, mu, rs);
+                store_row_f(y, y->offset + r * D, 1, D, buf);
+                put_stat(mean, r, mu), put_stat(rstd, r, rs);
+            }
+        }
+    }
+    em__free(scratch);
+    return EM_OK;
+}
+
+/* One row of the backward. With xh = (x - mu) * rs and g = dy * w:
+ *   dx = rs * (g - mean(g) - xh * mean(g * xh))
+ * and the row's share of dw (dy * xh) and db (dy) is added into the f64
+ * partial sums pw/pb (either may be NULL). dx may alias dy. */
+static void ln_bwd_row_f32(const float *dy, const float *x, const float *w, float mu, float rs, int64_t n,
+                           float *dx, double *pw, double *pb)
+{
+    if (pw)
+#pragma omp simd
+        for (int64_t j = 0; j < n; j++) pw[j] += (double)(dy[j] * ((x[j] - mu) * rs));
+    if (pb)
+#pragma omp simd
+        for (int64_t j = 0; j < n; j++) pb[j] += (double)dy[j];
+    float a = 0.0f, c = 0.0f;
+#pragma omp simd reduction(+ : a, c)
+    for (int64_t j = 0; j < n; j++) {
+        float g = dy[j] * w[j];
+        a += g;
+        c += g * ((x[j] - mu) * rs);
+    }
+    float ma = a / (float)n, mc = c / (float)n;
+#pragma omp simd
+    for (int64_t j = 0; j < n; j++) dx[j] = rs * (dy[j] * w[j] - ma - ((x[j] - mu) * rs) * mc);
+}
+
+static void ln_bwd_row_f64(const double *dy, const double *x, const double *w, double mu, double rs, int64_t n,
+                           double *dx, double *pw, double *pb)
+{
+    double a = 0.0, c = 0.0;
+    for (int64_t j = 0; j < n; j++) {
+        double xh = (x[j] - mu) * rs, g = dy[j] * w[j];
+        if (pw) pw[j] += dy[j] * xh;
+        if (pb) pb[j] += dy[j];
+        a += g;
+        c += g * xh;
+    }
+    double ma = a / (double)n, mc = c / (double)n;
+    for (int64_t j = 0; j < n; j++) dx[j] = rs * (dy[j] * w[j] - ma - ((x[j] - mu) * rs) * mc);
+}
+
+int em_cpu_LAYER_NORM_BWD(const em_kargs *k)
+{
+    const em_tensor *dy = k->in[0], *x = k->in[1], *mean = k->in[2], *rstd = k->in[3], *w = k->in[4];
+    em_tensor *dx = k->out[0], *dw = k->out[1], *db = k->out[2];
+    int last = x->ndim - 1;
+    int64_t D = x->shape[last], R = em_numel(mean);
+    bool dbl = dx->dtype == EM_F64;
+    bool fast = !dbl && x->dtype == EM_F32 && dy->dtype == EM_F32 && dx->dtype == EM_F32 &&
+                em_is_contiguous(x) && em_is_contiguous(dy);
+    size_t es = dbl ? sizeof(double) : sizeof(float);
+    /* Rows split into a fixed number of chunks (not one per thread), each with
+     * its own dw/db partial sums, which are then added in chunk order: the
+     * result does not depend on the thread count. */
+    int64_t nch = R < LN_BWD_CHUNKS ? R : LN_BWD_CHUNKS;
+    int nt = threads_for(R * D, nch);
+    size_t npart = (dw ? 1 : 0) + (db ? 1 : 0);
+    double *parts = NULL;
+    char *scratch = em__malloc((size_t)(1 + (fast ? 0 : 2 * nt)) * (size_t)D * es + 1);
+    if (!scratch) return EM_ERR_OOM;
+    if (npart && nch && D && !(parts = em__calloc(npart * (size_t)nch * (size_t)D, sizeof(double)))) {
+        em__free(scratch);
+        return EM_ERR_OOM;
+    }
+    void *wv = scratch;
+    affine_vectors(w, NULL, D, dbl, wv, NULL);
+    int64_t xs = x->stride[last], gs = dy->stride[last];
+    if (R > 0 && D > 0) {
+#pragma omp parallel num_threads(nt)
+        {
+            char *buf = scratch + (size_t)(1 + 2 * omp_get_thread_num()) * (size_t)D * es;
+            void *xb = buf, *gb = buf + (size_t)D * es;
+#pragma omp for schedule(static)
+            for (int64_t c = 0; c < nch; c++) {
+                double *pw = dw ? parts + (size_t)c * (size_t)D : NULL;
+                double *pb = db ? parts + ((size_t)(dw ? nch : 0) + (size_t)c) * (size_t)D : NULL;
+                for (int64_t r = R * c / nch; r < R * (c + 1) / nch; r++) {
+                    double mu = get_stat(mean, r), rs = get_stat(rstd, r);
+                    if (fast) {
+                        ln_bwd_row_f32((const float *)data_of(dy) + dy->offset + r * D,
+                                       (const float *)data_of(x) + x->offset + r * D, wv, (float)mu, (float)rs, D,
+                                       (float *)data_of(dx) + dx->offset + r * D, pw, pb);
+                    } else if (dbl) {
+                        load_row_d(x, row_base(x, last, r), xs, D, xb);
+                        load_row_d(dy, row_base(dy, last, r), gs, D, gb);
+                        ln_bwd_row_f64(gb, xb, wv, mu, rs, D, gb, pw, pb);
+                        store_row_d(dx, dx->offset + r * D, 1, D, gb);
+                    } else {
+                        load_row_f(x, row_base(x, last, r), xs, D, xb);
+                        load_row_f(dy, row_base(dy, last, r), gs, D, gb);
+                        ln_bwd_row_f32(gb, xb, wv, (float)mu, (float)rs, D, gb, pw, pb);
+                        store_row_f(dx, dx->offset + r * D, 1, D, gb);
+                    }
+                }
+            }
+        }
+    }
+    em_tensor *outs[2] = {dw, db};
+    for (int o = 0, p = 0; o < 2; o++) {
+        if (!outs[o]) continue;
+        const double *part = parts ? parts + (size_t)p++ * (size_t)nch * (size_t)D : NULL;
+        char *op = data_of(outs[o]);
+        size_t oes = em_dtype_size(outs[o]->dtype);
+        for (int64_t j = 0; j < D; j++) {
+            double s = 0.0;
+            for (int64_t c = 0; c < nch; c++) s += part[(size_t)c * (size_t)D + (size_t)j];
+            if (outs[o]->dtype == EM_F32) ((float *)op)[outs[o]->offset + j] = (float)s;
+            else em__store(op + (size_t)(outs[o]->offset + j) * oes, outs[o]->dtype, s);
+        }
+    }
+    em__free(parts);
+    em__free(scratch);
+    return EM_OK;
+}
+
+/* ---- embedding ---------------------------------------------------------------- */
+
+int em_cpu_EMBEDDING(const em_kargs *k)
+{
+    const em_tensor *w = k->in[0], *ids = k->in[1];
+    em_tensor *out = k->out[0];
+    int64_t V = w->shape[0], D = w->shape[1], N = em_numel(ids);
+    size_t es = em_dtype_size(w->dtype);
+    bool ids_contig = em_is_contiguous(ids), w_rows = w->stride[1] == 1 || D <= 1;
+    const char *wp = data_of(w);
+    char *op = data_of(out) + (size_t)out->offset * es;
+    int bad = 0;
+#pragma omp parallel for num_threads(threads_for(N * D, N)) schedule(static) reduction(| : bad)
+    for (int64_t n = 0; n < N; n++) {
+        int64_t id = index_at(ids, n, ids_contig);
+        if (id < 0 || id >= V) {
+            bad = 1;
+            continue;
+        }
+        const char *src = wp + (size_t)(w->offset + id * w->stride[0]) * es;
+        char *dst = op + (size_t)(n * D) * es;
+        if (w_rows) memcpy(dst, src, (size_t)D * es);
+        else
+            for (int64_t j = 0; j < D; j++) memcpy(dst + (size_t)j * es, src + (size_t)(j * w->stride[1]) * es, es);
+    }
+    return bad ? em__fail(EM_ERR_INVALID, "embedding: an id is out of range [0, %lld)", (long long)V) : EM_OK;
+}
+
+/* dw[v] = sum of the dy rows whose id is v, added in increasing row order.
+ * Rows are grouped by id with a stable counting sort, then each dw row is
+ * summed by one thread (f32 accumulation; f64 for f64): no atomics, and the
+ * result does not depend on the thread count. */
+int em_cpu_EMBEDDING_BWD(const em_kargs *k)
+{
+    const em_tensor *dy = k->in[0], *ids = k->in[1];
+    em_tensor *dw = k->out[0];
+    int64_t V = dw->shape[0], D = dw->shape[1], N = em_numel(ids), pad = k->i[0];
+    size_t oes = em_dtype_size(dw->dtype);
+    memset(data_of(dw) + (size_t)dw->offset * oes, 0, (size_t)(V * D) * oes);
+    if (N == 0 || D == 0 || V == 0) return EM_OK;
+
+    bool ids_contig = em_is_contiguous(ids);
+    int64_t *start = em__calloc((size_t)V + 1, sizeof(int64_t));
+    int64_t *order = em__malloc((size_t)N * sizeof(int64_t));
+    int nt = threads_for(N * D, V);
+    bool dbl = dw->dtype == EM_F64;
+    size_t es = dbl ? sizeof(double) : sizeof(float);
+    char *scratch = em__malloc((size_t)nt * 2 * (size_t)D * es);
+    if (!start || !order || !scratch) {
+        em__free(start), em__free(order), em__free(scratch);
+        return EM_ERR_OOM;
+    }
+    for (int64_t n = 0; n < N; n++) {
+        int64_t id = index_at(ids, n, ids_contig);
+        if (id < 0 || id >= V) {
+            em__free(start), em__free(order), em__free(scratch);
+            return em__fail(EM_ERR_INVALID, "embedding_backward: id %lld out of range [0, %lld)", (long long)id,
+                            (long long)V);
+        }
+        start[id + 1]++;
+    }
+    for (int64_t v = 0; v < V; v++) start[v + 1] += start[v];
+    for (int64_t n = 0; n < N; n++) order[start[index_at(ids, n, ids_contig)]++] = n;
+    /* start[v] is now the end of group v, i.e. the beginning of group v + 1 */
+
+    int last = dy->ndim - 1;
+    int64_t gs = dy->stride[last];
+    bool fast = dy->dtype == EM_F32 && dw->dtype == EM_F32 && gs == 1;
+#pragma omp parallel num_threads(nt)
+    {
+        char *buf = scratch + (size_t)omp_get_thread_num() * 2 * (size_t)D * es;
+        void *acc = buf, *row = buf + (size_t)D * es;
+#pragma omp for schedule(dynamic, 16)
+        for (int64_t v = 0; v < V; v++) {
+            int64_t lo = v ? start[v - 1] : 0, hi = start[v];
+            if (lo == hi || v == pad) continue;
+            if (dbl) {
+                double *a = acc, *rw = row;
+                memset(a, 0, (size_t)D * sizeof(double));
+                for (int64_t i = lo; i < hi; i++) {
+                    load_row_d(dy, row_base(dy, last, order[i]), gs, D, rw);
+                    for (int64_t j = 0; j < D; j++) a[j] += rw[j];
+                }
+                store_row_d(dw, dw->offset + v * D, 1, D, a);
+            } else {
+                float *a = fast ? (float *)data_of(dw) + dw->offset + v * D : acc;
+                memset(a, 0, (size_t)D * sizeof(float));
+                for (int64_t i = lo; i < hi; i++) {
+                    const float *src = row;
+                    if (fast) src = (const float *)data_of(dy) + row_base(dy, last, order[i]);
+                    else load_row_f(dy, row_base(dy, last, order[i]), gs, D, row);
+#pragma omp simd
+                    for (int64_t j = 0; j < D; j++) a[j] += src[j];
+                }
+                if (!fast) store_row_f(dw, dw->offset + v * D, 1, D, a);
+            }
+        }
+    }
+    em__free(start), em__free(order), em__free(scratch);
+    return EM_OK;
+}
+
+/* ---- dropout ------------------------------------------------------------------- */
+
+/* Element e (row-major over x's shape) uses Philox counter offset + e/4, lane
+ * e%4: it is kept iff u >= p with u = em__u32_to_unit(lane) compared in f64,
+ * and then scaled by 1/(1-p) (f32 arithmetic for f32/f16/bf16). The mask is
+ * therefore the same on every device and for every layout of x. */
+int em_cpu_DROPOUT(const em_kargs *k)
+{
+    const em_tensor *x = k->in[0];
+    em_tensor *y = k->out[0], *mask = k->out[1];
+    double p = k->f[0];
+    uint64_t seed = (uint64_t)k->i[0], offset = (uint64_t)k->i[1];
+    int64_t n = em_numel(x);
+    if (n == 0) return EM_OK;
+    uint8_t *mp = mask ? (uint8_t *)data_of(mask) + mask->offset : NULL;
+    bool contig = em_is_contiguous(x), dbl = x->dtype == EM_F64;
+    bool fast = contig && x->dtype == EM_F32 && y->dtype == EM_F32;
+    double scale_d = p < 1.0 ? 1.0 / (1.0 - p) : 0.0;
+    float scale_f = (float)scale_d;
+    size_t xes = em_dtype_size(x->dtype), yes = em_dtype_size(y->dtype);
+    const char *xp = data_of(x);
+    char *yp = data_of(y);
+    int64_t nblk = (n + 3) / 4;
+#pragma omp parallel for num_threads(threads_for(n, nblk)) schedule(static)
+    for (int64_t blk = 0; blk < nblk; blk++) {
+        uint32_t r4[4] = {0, 0, 0, 0};
+        if (p > 0.0 && p < 1.0) em__philox(seed, offset + (uint64_t)blk, r4);
+        int64_t e1 = blk * 4 + 4 < n ? blk * 4 + 4 : n;
+        for (int64_t e = blk * 4; e < e1; e++) {
+            bool keep = p <= 0.0 || (p < 1.0 && (double)em__u32_to_unit(r4[e & 3]) >= p);
+            if (mp) mp[e] = keep;
+            if (fast) {
+                ((float *)yp)[y->offset + e] = keep ? ((const float *)xp)[x->offset + e] * scale_f : 0.0f;
+                continue;
+            }
+            int64_t xo = contig ? x->offset + e : row_base(x, -1, e);
+            double v = 0.0;
+            if (keep && dbl) v = em__load(xp + (size_t)xo * xes, x->dtype) * scale_d;
+            else if (keep) v = (float)em__load(xp + (size_t)xo * xes, x->dtype) * scale_f;
+            em__store(yp + (size_t)(y->offset + e) * yes, y->dtype, v);
+        }
+    }
+    return EM_OK;
+}
+
+/* ---- cross-entropy -------------------------------------------------------------- */
+
+/* Max m and s = sum(exp(x - m)) of n contiguous values: lse = m + log(s). */
+static void lse_parts_f32(const float *x, int64_t n, float *m, float *s)
+{
+    float mm = row_max_f32(x, n), ss = 0.0f;
+#pragma omp simd reduction(+ : ss)
+    for (int64_t j = 0; j < n; j++) ss += em__expf(x[j] - mm);
+    *m = mm, *s = ss;
+}
+
+static void lse_parts_f64(const double *x, int64_t n, double *m, double *s)
+{
+    double mm = -INFINITY, ss = 0.0;
+    for (int64_t j = 0; j < n; j++) mm = x[j] > mm ? x[j] : mm;
+    for (int64_t j = 0; j < n; j++) ss += exp(x[j] - mm);
+    *m = mm, *s = ss;
+}
+
+/* Per-row loss (0 for ignored rows) into rl (f64 [N]), lse into out[1]. */
+int em_cpu_CROSS_ENTROPY(const em_kargs *k)
+{
+    const em_tensor *x = k->in[0], *tg = k->in[1];
+    em_tensor *loss = k->out[0], *lse = k->out[1];
+    int64_t ignore = k->i[0];
+    em_reduction red = (em_reduction)k->i[1];
+    int64_t N = x->shape[0], C = x->shape[1], cs = x->stride[1];
+    bool dbl = x->dtype == EM_F64, rows_f32 = x->dtype == EM_F32 && cs == 1, tg_contig = em_is_contiguous(tg);
+    size_t es = dbl ? sizeof(double) : sizeof(float);
+    int nt = threads_for(N * C, N);
+    double *rl = em__malloc((size_t)N * sizeof(double) + 1);
+    char *scratch = em__malloc((size_t)nt * (size_t)C * es + 1);
+    if (!rl || !scratch) {
+        em__free(rl), em__free(scratch);
+        return EM_ERR_OOM;
+    }
+    int bad = 0;
+#pragma omp parallel num_threads(nt) reduction(| : bad)
+    {
+        void *buf = scratch + (size_t)omp_get_thread_num() * (size_t)C * es;
+#pragma omp for schedule(static)
+        for (int64_t n = 0; n < N; n++) {
+            int64_t t = index_at(tg, n, tg_contig), xo = x->offset + n * x->stride[0];
+            bool ign = t == ignore;
+            if (!ign && (t < 0 || t >= C)) {
+                bad = 1;
+                t = 0, ign = true;
+            }
+            double m, s, xt = 0.0;
+            if (dbl) {
+                load_row_d(x, xo, cs, C, buf);
+                lse_parts_f64(buf, C, &m, &s);
+                if (!ign) xt = ((double *)buf)[t];
+            } else {
+                float mf, sf;
+                const float *row = rows_f32 ? (const float *)data_of(x) + xo : buf;
+                if (!rows_f32) load_row_f(x, xo, cs, C, buf);
+                lse_parts_f32(row, C, &mf, &sf);
+                m = mf, s = sf;
+                if (!ign) xt = row[t];
+            }
+            put_stat(lse, n, m + log(s));
+            rl[n] = ign ? 0.0 : (m - xt) + log(s);
+        }
+    }
+    if (bad) {
+        em__free(rl), em__free(scratch);
+        return em__fail(EM_ERR_INVALID, "cross_entropy: a target is out of range [0, %lld)", (long long)C);
+    }
+    size_t les = em_dtype_size(loss->dtype);
+    char *lp = data_of(loss);
+    if (red == EM_REDUCE_NONE) {
+        for (int64_t n = 0; n < N; n++) em__store(lp + (size_t)(loss->offset + n) * les, loss->dtype, rl[n]);
+    } else {
+        double sum = 0.0;
+        int64_t count = 0;
+        for (int64_t n = 0; n < N; n++) {
+            sum += rl[n];
+            count += index_at(tg, n, tg_contig) != ignore;
+        }
+        double v = red == EM_REDUCE_SUM ? sum : (count ? sum / (double)count : NAN);
+        em__store(lp + (size_t)loss->offset * les, loss->dtype, v);
+    }
+    em__free(rl), em__free(scratch);
+    return EM_OK;
+}
+
+/* dlogits[n] = scale_n * (softmax(x[n]) - onehot(t[n])), zero for ignored rows;
+ * scale_n = dloss[n] (none), dloss (sum) or dloss / #non-ignored rows (mean). */
+int em_cpu_CROSS_ENTROPY_BWD(const em_kargs *k)
+{
+    const em_tensor *x = k->in[0], *tg = k->in[1], *lse = k->in[2], *dl = k->in[3];
+    em_tensor *dx = k->out[0];
+    int64_t ignore = k->i[0];
+    em_reduction red = (em_reduction)k->i[1];
+    int64_t N = x->shape[0], C = x->shape[1], cs = x->stride[1];
+    bool dbl = dx->dtype == EM_F64, tg_contig = em_is_contiguous(tg);
+    bool fast = x->dtype == EM_F32 && dx->dtype == EM_F32 && cs == 1;
+    double scale_all = 0.0;
+    if (red != EM_REDUCE_NONE) {
+        scale_all = load_at(dl, dl->offset);
+        if (red == EM_REDUCE_MEAN) {
+            int64_t count = 0;
+            for (int64_t n = 0; n < N; n++) count += index_at(tg, n, tg_contig) != ignore;
+            scale_all = count ? scale_all / (double)count : 0.0;
+        }
+    }
+    size_t es = dbl ? sizeof(double) : sizeof(float);
+    int nt = threads_for(N * C, N);
+    char *scratch = em__malloc((size_t)nt * (size_t)C * es + 1);
+    if (!scratch) return EM_ERR_OOM;
+    int bad = 0;
+#pragma omp parallel num_threads(nt) reduction(| : bad)
+    {
+        void *buf = scratch + (size_t)omp_get_thread_num() * (size_t)C * es;
+#pragma omp for schedule(static)
+        for (int64_t n = 0; n < N; n++) {
+            int64_t t = index_at(tg, n, tg_contig), xo = x->offset + n * x->stride[0];
+            bool ign = t == ignore;
+            if (!ign && (t < 0 || t >= C)) bad = 1, ign = true;
+            double scale = ign ? 0.0 : red == EM_REDUCE_NONE ? load_at(dl, row_base(dl, -1, n)) : scale_all;
+            double l = get_stat(lse, n);
+            if (dbl) {
+                double *b = buf;
+                load_row_d(x, xo, cs, C, b);
+                for (int64_t j = 0; j < C; j++) b[j] = ign ? 0.0 : exp(b[j] - l) * scale;
+                if (!ign) b[t] -= scale;
+                store_row_d(dx, dx->offset + n * C, 1, C, b);
+            } else {
+                float *o = fast ? (float *)data_of(dx) + dx->offset + n * C : buf;
+                const float *row = fast ? (const float *)data_of(x) + xo : buf;
+                float lf = (float)l, sf = (float)scale;
+                if (!fast) load_row_f(x, xo, cs, C, buf);
+                if (ign) memset(o, 0, (size_t)C * sizeof(float));
+                else {
+#pragma omp simd
+                    for (int64_t j = 0; j < C; j++) o[j] = em__expf(row[j] - lf) * sf;
+                    o[t] -= sf;
+                }
+                if (!fast) store_row_f(dx, dx->offset + n * C, 1, C, o);
+            }
+        }
+    }
+    em__free(scratch);
+    return bad ? em__fail(EM_ERR_INVALID, "cross_entropy_backward: a target is out of range [0, %lld)", (long long)C)
+               : EM_OK;
+}

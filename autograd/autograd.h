@@ -1,0 +1,87 @@
+/* ember — autograd/: reverse-mode automatic differentiation (DESIGN.md §3).
+ *
+ * Every op of tensor.h records a node when grad mode is on and one of its
+ * inputs requires grad. em_backward walks those nodes from the loss, newest
+ * first, and adds gradients into the .grad of the leaves.
+ *
+ * Ownership:
+ *   - A tensor's grad (em_grad) belongs to the tensor: do not release it.
+ *   - Nodes hold references to the tensors they saved, and release them after
+ *     backward unless retain_graph was asked for.
+ *   - Hooks' user pointers stay the caller's.
+ * Misuse (aborts through the misuse handler): backward twice through a freed
+ * graph, backward from a non-scalar without a gradient, backward from a tensor
+ * that does not require grad, an in-place change to a saved tensor.
+ */
+#ifndef EMBER_AUTOGRAD_H
+#define EMBER_AUTOGRAD_H
+
+#include "tensor/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct em_node em_node;
+
+/* ---- leaves and grad mode --------------------------------------------------- */
+/* Marks t (a leaf: made by the user, not by a recorded op) as requiring grad. Returns t. */
+em_tensor *em_requires_grad_(em_tensor *t, bool requires_grad);
+bool em_requires_grad(const em_tensor *t);
+bool em_is_leaf(const em_tensor *t);
+/* The accumulated gradient of a leaf, or NULL. Owned by t. */
+em_tensor *em_grad(const em_tensor *t);
+/* Replaces t's gradient (NULL clears it, like `p.grad = None`). The tensor is retained. */
+void em_set_grad(em_tensor *t, em_tensor *grad);
+/* A new tensor sharing t's storage, without history. */
+em_tensor *em_detach(em_tensor *t);
+/* The node that made t ("add", "matmul", ...), or NULL for leaves. */
+const char *em_grad_fn_name(const em_tensor *t);
+
+bool em_is_grad_enabled(void);
+/* Returns the previous mode. Per thread. */
+bool em_set_grad_enabled(bool enabled);
+/* EM_NO_GRAD { ... } — recording off inside; do not return/break out of it. */
+#define EM_NO_GRAD for (int em__g_ = 0, em__p_ = em_set_grad_enabled(false); !em__g_; em__g_ = 1, em_set_grad_enabled(em__p_))
+
+/* ---- backward ------------------------------------------------------------------ */
+typedef struct em_backward_opts {
+    em_tensor *grad;      /* d(root): required unless root has one element (then 1) */
+    bool retain_graph;    /* keep saved tensors for another backward               */
+} em_backward_opts;
+void em_backward(em_tensor *root);
+void em_backward_ex(em_tensor *root, const em_backward_opts *opts);
+
+/* ---- hooks --------------------------------------------------------------------- */
+/* Called with t's gradient as soon as it is computed (before it is accumulated
+ * into a leaf's .grad or passed on). Return a replacement (owned by the current
+ * scope, e.g. an op result) or NULL to keep the gradient as it is. */
+typedef em_tensor *(*em_grad_hook)(em_tensor *grad, void *user);
+void em_register_hook(em_tensor *t, em_grad_hook fn, void *user);
+/* Called on a leaf right after its .grad was accumulated (DDP starts bucket
+ * all-reduces from here). Hooks fire in the order they were registered. */
+typedef void (*em_post_accumulate_hook)(em_tensor *leaf, void *user);
+void em_register_post_accumulate_grad_hook(em_tensor *leaf, em_post_accumulate_hook fn, void *user);
+
+/* ---- gradcheck ------------------------------------------------------------------ */
+/* f maps n f64 inputs to one f64 output. Compares the analytic gradient of
+ * sum(out * w) (w random, fixed) with central differences of step eps.
+ * Returns true when |analytic - numeric| <= atol + rtol*|numeric| everywhere;
+ * writes the worst mismatch into report (cap bytes) either way. */
+typedef em_tensor *(*em_gradcheck_fn)(int n, em_tensor **inputs, void *user);
+bool em_gradcheck(em_gradcheck_fn f, int n, em_tensor **inputs, void *user, double eps, double atol,
+                  double rtol, char *report, size_t cap);
+
+/* ---- graph export ---------------------------------------------------------------- */
+/* Writes the graph that produced t as Graphviz DOT: one box per node (op name,
+ * output shape and dtype), leaves as ellipses. Atomic write. */
+em_status em_graph_dot(em_tensor *t, const char *path);
+
+#ifndef EMBER_BUILDING
+#include "autograd/autograd_at.h"
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+#endif

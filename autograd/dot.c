@@ -1,0 +1,2 @@
+/* placeholder: written by helper H */
+typedef int em__placeholder_dot;

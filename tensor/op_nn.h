@@ -1,0 +1,28 @@
+/* ember — internal front-ends of the NN kernels that tensor.h does not expose
+ * (autograd's backward rules call them). Same rules as every op: arguments
+ * are checked (misuse names the op and the shapes), the result is a new
+ * reference owned by the current scope, NULL on an outside failure.
+ *
+ * Saved statistics: layer_norm's mean/rstd and cross-entropy's lse are f32,
+ * except for f64 inputs, where they are f64 (so f64 gradchecks stay exact).
+ */
+#ifndef EMBER_OP_NN_H
+#define EMBER_OP_NN_H
+
+#include "tensor/tensor.h"
+
+/* dx of softmax (log = false) or log_softmax (log = true) over dim, from the
+ * forward output y and the incoming gradient dy (same shape and float dtype,
+ * any layout):  softmax: dx = y * (dy - sum(dy * y));
+ *           log_softmax: dx = dy - exp(y) * sum(dy). */
+em_tensor *em__softmax_backward(em_tensor *y, em_tensor *dy, int dim, bool log);
+
+/* em_cross_entropy that also returns the per-row log-sum-exp of the logits
+ * ([N]) in *lse when lse is non-NULL, for em__cross_entropy_backward. */
+em_tensor *em__cross_entropy(em_tensor *logits, em_tensor *target, int64_t ignore_index, em_reduction red,
+                             em_tensor **lse);
+/* em_cross_entropy_backward from a saved lse (one pass over the logits instead of two). */
+em_tensor *em__cross_entropy_backward(em_tensor *dloss, em_tensor *logits, em_tensor *target, em_tensor *lse,
+                                      int64_t ignore_index, em_reduction red);
+
+#endif
