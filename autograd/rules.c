@@ -2,11 +2,25 @@
  *
  * One row per op (indexed like em_op_table). A rule reads the node's saved
  * aliases (n->saved.in/out, as asked by save_in/save_out), the geometry of its
- * inputs (n->in[i]) and its parameters (n->saved.f/i), and writes gin[i] for
- * the inputs that need a gradient (n->next[i].node != NULL). It composes
- * device-independent ops wherever that costs nothing, so CUDA gets it free.
- * Rows with backward == NULL belong to ops that are not differentiable. */
+ * inputs (n->in[i]) and outputs (n->out[j]) and its parameters
+ * (n->saved.f/i), and writes gin[i] for the inputs that need a gradient
+ * (n->next[i].node != NULL). Rules run with grad mode off inside a scope the
+ * engine owns, so every temporary they make dies when the node is done.
+ *
+ * Rules compose device-independent ops wherever that costs nothing, so CUDA
+ * gets them for free; the fused ops (softmax, layer_norm, gelu, embedding,
+ * cross-entropy) call their backward kernels. Formulas follow PyTorch's
+ * derivatives.yaml, including its choices at kinks: relu'(0) = 0, abs'(0) = 0,
+ * maximum/minimum split ties half and half, max/min route the gradient to the
+ * saved index (or share it evenly among ties when no index was kept).
+ *
+ * Rows with backward == NULL belong to ops that are not differentiable. Ops
+ * whose extra outputs are indices, masks or statistics have n_diff_out = 1:
+ * gradients flowing into those outputs are not propagated.
+ */
 #include "autograd/autograd_internal.h"
+#include "tensor/op_grad.h"
+#include "tensor/op_nn.h"
 
 #include <math.h>
 #include <string.h>
@@ -15,6 +29,46 @@
 #define IN(i) (n->saved.in[i])
 #define OUT(j) (n->saved.out[j])
 #define GEOM(i) n->in[i].ndim, n->in[i].shape
+#define OGEOM(j) n->out[j].ndim, n->out[j].shape
+/* A 0-d constant of the gradient's dtype on the node's device. */
+#define CONST(v) em_scalar(v, g[0]->dtype, n->device)
+
+static int64_t geom_numel(const struct em_geom *gm)
+{
+    int64_t e = 1;
+    for (int d = 0; d < gm->ndim; d++) e *= gm->shape[d];
+    return e;
+}
+
+/* The dims set in a reduction's bitmask, as a list; returns how many. */
+static int mask_dims(int64_t mask, int ndim, int *dims)
+{
+    int nd = 0;
+    for (int d = 0; d < ndim; d++)
+        if (mask >> d & 1) dims[nd++] = d;
+    return nd;
+}
+
+/* A float tensor (dtype dt) of 1 where b is true, 0 elsewhere. */
+static em_tensor *as_float(em_tensor *b, em_dtype dt) { return em_to_dtype(b, dt); }
+
+/* sign(x) in x's dtype, with sign(0) = 0 (torch's sgn). */
+static em_tensor *sign_of(em_tensor *x)
+{
+    em_tensor *z = em_scalar(0, x->dtype, x->device);
+    return em_sub(as_float(em_gt(x, z), x->dtype), as_float(em_lt(x, z), x->dtype));
+}
+
+/* t (smaller than or equal to shape in every dim) placed at the origin of a
+ * zero tensor of `shape`; t itself when the shapes already agree. */
+static em_tensor *pad_to(em_tensor *t, int ndim, const int64_t *shape)
+{
+    if (!t || (t->ndim == ndim && !memcmp(t->shape, shape, sizeof(int64_t) * (size_t)ndim))) return t;
+    em_tensor *z = em_zeros(ndim, shape, t->dtype, t->device), *win = z;
+    for (int d = 0; d < ndim && win; d++) win = em_narrow(win, d, 0, t->shape[d]);
+    if (win) em_copy_(win, t);
+    return z;
+}
 
 /* ---- views ------------------------------------------------------------------- */
 static void bw_view(em_node *n, em_tensor *const *g, em_tensor **gin)
@@ -44,12 +98,15 @@ static void bw_expand(em_node *n, em_tensor *const *g, em_tensor **gin)
     gin[0] = em__sum_to(g[0], GEOM(0));
 }
 
+/* COPY also converts dtypes (em_to_dtype): the gradient goes back to the
+ * input's dtype. Cross-device copies need the input's device, which the
+ * node's geometry does not keep yet (see the report of issue 3). */
 static void bw_copy(em_node *n, em_tensor *const *g, em_tensor **gin)
 {
     gin[0] = em_to_dtype(g[0], n->in[0].dtype);
 }
 
-/* ---- binary ------------------------------------------------------------------- */
+/* ---- binary: gradients are reduced back to each input's (broadcast) shape ------ */
 static void bw_add(em_node *n, em_tensor *const *g, em_tensor **gin)
 {
     if (NEEDS(0)) gin[0] = em__sum_to(g[0], GEOM(0));
@@ -68,24 +125,268 @@ static void bw_mul(em_node *n, em_tensor *const *g, em_tensor **gin)
     if (NEEDS(1)) gin[1] = em__sum_to(em_mul(g[0], IN(0)), GEOM(1));
 }
 
+/* a / b: da = g / b, db = -g a / b^2 */
+static void bw_div(em_node *n, em_tensor *const *g, em_tensor **gin)
+{
+    if (NEEDS(0)) gin[0] = em__sum_to(em_div(g[0], IN(1)), GEOM(0));
+    if (NEEDS(1)) gin[1] = em__sum_to(em_neg(em_div(em_mul(g[0], IN(0)), em_mul(IN(1), IN(1)))), GEOM(1));
+}
+
+/* a ^ b: da = g b a^(b-1) (0 where b == 0), db = g a^b log(a) (0 where a == 0
+ * and b >= 0), as torch's pow_backward_self / pow_backward_exponent. */
+static void bw_pow(em_node *n, em_tensor *const *g, em_tensor **gin)
+{
+    em_tensor *a = IN(0), *b = IN(1), *zero = CONST(0);
+    if (NEEDS(0)) {
+        em_tensor *d = em_mul(g[0], em_mul(b, em_pow(a, em_add_scalar(b, -1))));
+        gin[0] = em__sum_to(em_masked_fill(d, em_eq(b, zero), 0), GEOM(0));
+    }
+    if (NEEDS(1)) {
+        em_tensor *d = em_mul(g[0], em_mul(OUT(0), em_log(a)));
+        em_tensor *where0 = em_where(em_eq(a, zero), em_ge(b, zero), em_scalar(0, EM_BOOL, n->device));
+        gin[1] = em__sum_to(em_masked_fill(d, where0, 0), GEOM(1));
+    }
+}
+
+/* maximum/minimum: the winner takes g, ties split it half and half (torch >= 1.7). */
+static void bw_extremum2(em_node *n, em_tensor *const *g, em_tensor **gin)
+{
+    em_tensor *a = IN(0), *b = IN(1);
+    em_dtype dt = g[0]->dtype;
+    bool mx = n->op == EM_OP_MAXIMUM;
+    em_tensor *half_tie = em_mul_scalar(as_float(em_eq(a, b), dt), 0.5);
+    if (NEEDS(0)) {
+        em_tensor *win = as_float(mx ? em_gt(a, b) : em_lt(a, b), dt);
+        gin[0] = em__sum_to(em_mul(g[0], em_add(win, half_tie)), GEOM(0));
+    }
+    if (NEEDS(1)) {
+        em_tensor *win = as_float(mx ? em_lt(a, b) : em_gt(a, b), dt);
+        gin[1] = em__sum_to(em_mul(g[0], em_add(win, half_tie)), GEOM(1));
+    }
+}
+
+/* ---- unary ------------------------------------------------------------------------ */
+static void bw_neg(em_node *n, em_tensor *const *g, em_tensor **gin) { gin[0] = em_neg(g[0]); }
+static void bw_abs(em_node *n, em_tensor *const *g, em_tensor **gin) { gin[0] = em_mul(g[0], sign_of(IN(0))); }
+static void bw_exp(em_node *n, em_tensor *const *g, em_tensor **gin) { gin[0] = em_mul(g[0], OUT(0)); }
+static void bw_log(em_node *n, em_tensor *const *g, em_tensor **gin) { gin[0] = em_div(g[0], IN(0)); }
+
+/* y = sqrt(x): g / (2y) */
+static void bw_sqrt(em_node *n, em_tensor *const *g, em_tensor **gin)
+{
+    gin[0] = em_div(g[0], em_mul_scalar(OUT(0), 2.0));
+}
+
+/* y = x^-1/2: -g y^3 / 2 */
+static void bw_rsqrt(em_node *n, em_tensor *const *g, em_tensor **gin)
+{
+    em_tensor *y = OUT(0);
+    gin[0] = em_mul(g[0], em_mul_scalar(em_mul(y, em_mul(y, y)), -0.5));
+}
+
+/* y = tanh(x): g (1 - y^2) */
+static void bw_tanh(em_node *n, em_tensor *const *g, em_tensor **gin)
+{
+    gin[0] = em_mul(g[0], em_sub(CONST(1), em_mul(OUT(0), OUT(0))));
+}
+
+/* y = sigmoid(x): g y (1 - y) */
+static void bw_sigmoid(em_node *n, em_tensor *const *g, em_tensor **gin)
+{
+    gin[0] = em_mul(g[0], em_mul(OUT(0), em_sub(CONST(1), OUT(0))));
+}
+
+/* relu: g where the output is positive (so relu'(0) = 0, as torch) */
+static void bw_relu(em_node *n, em_tensor *const *g, em_tensor **gin)
+{
+    gin[0] = em_masked_fill(g[0], em_le(OUT(0), CONST(0)), 0);
+}
+
+static void bw_gelu(em_node *n, em_tensor *const *g, em_tensor **gin)
+{
+    gin[0] = em__gelu_backward(IN(0), g[0], n->op == EM_OP_GELU_TANH);
+}
+
+static void bw_sin(em_node *n, em_tensor *const *g, em_tensor **gin) { gin[0] = em_mul(g[0], em_cos(IN(0))); }
+static void bw_cos(em_node *n, em_tensor *const *g, em_tensor **gin) { gin[0] = em_mul(g[0], em_neg(em_sin(IN(0)))); }
+
+/* ---- select ------------------------------------------------------------------------ */
+/* where(cond, x, y): g goes to x where cond, to y elsewhere */
+static void bw_where(em_node *n, em_tensor *const *g, em_tensor **gin)
+{
+    em_tensor *zero = CONST(0);
+    if (NEEDS(1)) gin[1] = em__sum_to(em_where(IN(0), g[0], zero), GEOM(1));
+    if (NEEDS(2)) gin[2] = em__sum_to(em_where(IN(0), zero, g[0]), GEOM(2));
+}
+
+static void bw_masked_fill(em_node *n, em_tensor *const *g, em_tensor **gin)
+{
+    gin[0] = em_masked_fill(g[0], IN(1), 0);
+}
+
+/* ---- reductions -----------------------------------------------------------------------
+ * The kernels' outputs keep the reduced dims as size 1 (i[0] is their bitmask),
+ * so g broadcasts straight back over the input. */
+static void bw_sum(em_node *n, em_tensor *const *g, em_tensor **gin)
+{
+    gin[0] = em_expand(g[0], GEOM(0));
+}
+
+static void bw_mean(em_node *n, em_tensor *const *g, em_tensor **gin)
+{
+    int64_t in = geom_numel(&n->in[0]), out = geom_numel(&n->out[0]);
+    double count = out ? (double)in / (double)out : 0.0;
+    gin[0] = em_expand(em_mul_scalar(g[0], 1.0 / count), GEOM(0));
+}
+
+/* var = sum((x - mean)^2) / (N - correction): g 2 (x - mean) / (N - correction) */
+static void bw_var(em_node *n, em_tensor *const *g, em_tensor **gin)
+{
+    int dims[EM_MAX_DIMS], nd = mask_dims(n->saved.i[0], n->in[0].ndim, dims);
+    double count = (double)geom_numel(&n->in[0]) / (double)(geom_numel(&n->out[0]) ? geom_numel(&n->out[0]) : 1);
+    em_tensor *x = IN(0), *centered = em_sub(x, em_mean(x, nd, dims, true));
+    gin[0] = em_mul(g[0], em_mul_scalar(centered, 2.0 / (count - n->saved.f[0])));
+}
+
+/* logsumexp: g softmax(x) = g exp(x - out) */
+static void bw_logsumexp(em_node *n, em_tensor *const *g, em_tensor **gin)
+{
+    gin[0] = em_mul(g[0], em_exp(em_sub(IN(0), OUT(0))));
+}
+
+/* p-norm (torch's norm_backward): 0 where the norm is 0.
+ *   p = 1: g sign(x);  p = 2: g x / norm;  p = inf: g sign(x) shared among the
+ *   elements where |x| == norm;  else g sign(x) |x|^(p-1) / norm^(p-1). */
+static void bw_norm(em_node *n, em_tensor *const *g, em_tensor **gin)
+{
+    double p = n->saved.f[0];
+    em_tensor *x = IN(0), *nrm = OUT(0), *d;
+    if (p == 1.0) {
+        d = sign_of(x);
+    } else if (p == 2.0) {
+        d = em_div(x, nrm);
+    } else if (isinf(p)) {
+        int dims[EM_MAX_DIMS], nd = mask_dims(n->saved.i[0], n->in[0].ndim, dims);
+        em_tensor *hit = as_float(em_eq(em_abs(x), nrm), x->dtype);
+        d = em_div(em_mul(sign_of(x), hit), em_sum(hit, nd, dims, true));
+    } else {
+        d = em_div(em_mul(sign_of(x), em_pow_scalar(em_abs(x), p - 1)), em_pow_scalar(nrm, p - 1));
+    }
+    if (p != 1.0) d = em_masked_fill(d, em_eq(nrm, CONST(0)), 0);
+    gin[0] = em_mul(g[0], d);
+}
+
+/* max/min along a dim: g goes to the saved index (out[1]). Without indices
+ * (em_max_all, or em_max called without them), g is shared evenly among the
+ * elements equal to the extreme, as torch's amax/amin backward. */
+static void bw_extreme(em_node *n, em_tensor *const *g, em_tensor **gin)
+{
+    int dims[EM_MAX_DIMS], nd = mask_dims(n->saved.i[0], n->in[0].ndim, dims);
+    if (n->in[0].ndim == 0) {
+        gin[0] = em_reshape(g[0], GEOM(0));
+    } else if (OUT(1) && nd == 1) {
+        em_tensor *z = em_zeros(GEOM(0), g[0]->dtype, n->device);
+        gin[0] = em_scatter_add(z, dims[0], OUT(1), g[0]);
+    } else {
+        em_tensor *hit = as_float(em_eq(IN(0), OUT(0)), g[0]->dtype);
+        gin[0] = em_mul(g[0], em_div(hit, em_sum(hit, nd, dims, true)));
+    }
+}
+
 /* ---- linear algebra ---------------------------------------------------------- */
 /* The kernel's operands are [B..,M,K] x [B..,K,N] (the front-end made 1-d
- * operands 2-d with recorded views), so the rule is the 2-d one, batched. */
+ * operands 2-d and broadcast batch dims with recorded views, whose own rules
+ * undo that), so the rule is the 2-d one, batched. */
 static void bw_matmul(em_node *n, em_tensor *const *g, em_tensor **gin)
 {
     if (NEEDS(0)) gin[0] = em__sum_to(em_matmul(g[0], em_transpose(IN(1), -1, -2)), GEOM(0));
     if (NEEDS(1)) gin[1] = em__sum_to(em_matmul(em_transpose(IN(0), -1, -2), g[0]), GEOM(1));
 }
 
-/* ---- reductions ------------------------------------------------------------------ */
-/* Kernel outputs keep the reduced dims as size 1, so g broadcasts back. */
-static void bw_sum(em_node *n, em_tensor *const *g, em_tensor **gin)
+/* ---- fused NN ops -------------------------------------------------------------------- */
+static void bw_softmax(em_node *n, em_tensor *const *g, em_tensor **gin)
 {
-    gin[0] = em_contiguous(em_expand(g[0], GEOM(0)));
+    gin[0] = em__softmax_backward(OUT(0), g[0], (int)n->saved.i[0], n->op == EM_OP_LOG_SOFTMAX);
 }
 
-#define DIFF(fn, si, so, eps, atol, rtol) {.backward = fn, .save_in = si, .save_out = so, .gc_eps = eps, .gc_atol = atol, .gc_rtol = rtol}
-#define GC 1e-6, 1e-7, 1e-5   /* the default gradcheck settings (f64) */
+/* in: x, weight or NULL, bias or NULL; out: y, mean, rstd (statistics: no gradient) */
+static void bw_layer_norm(em_node *n, em_tensor *const *g, em_tensor **gin)
+{
+    em_tensor *dw = NULL, *db = NULL;
+    em_tensor *dx = em_layer_norm_backward(g[0], IN(0), OUT(1), OUT(2), IN(1), NEEDS(1) ? &dw : NULL,
+                                           NEEDS(2) ? &db : NULL);
+    if (NEEDS(0)) gin[0] = dx;
+    if (NEEDS(1)) gin[1] = dw;
+    if (NEEDS(2)) gin[2] = db;
+}
+
+/* dw: rows of g added into the rows their ids picked; padding_idx rows stay 0
+ * (i[1] says whether i[0] holds a padding_idx: em__embedding_ex). */
+static void bw_embedding(em_node *n, em_tensor *const *g, em_tensor **gin)
+{
+    int64_t pad = n->saved.i[1] ? n->saved.i[0] : -1;
+    gin[0] = em_embedding_backward(g[0], IN(1), n->in[0].shape[0], pad);
+}
+
+/* dropout is linear in x with the mask of (seed, offset): running it again on g
+ * with the same key gives g * mask / (1 - p) exactly, without saving the mask. */
+static void bw_dropout(em_node *n, em_tensor *const *g, em_tensor **gin)
+{
+    gin[0] = em_dropout(g[0], n->saved.f[0], (uint64_t)n->saved.i[0], (uint64_t)n->saved.i[1], NULL);
+}
+
+/* in: logits, target; out: loss, lse (saved, so backward is one pass) */
+static void bw_cross_entropy(em_node *n, em_tensor *const *g, em_tensor **gin)
+{
+    gin[0] = em__cross_entropy_backward(g[0], IN(0), IN(1), OUT(1), n->saved.i[0], (em_reduction)n->saved.i[1]);
+}
+
+/* ---- shape and index ops ----------------------------------------------------------------- */
+/* cat: each input gets its slice of g along dim (a view, no copy) */
+static void bw_cat(em_node *n, em_tensor *const *g, em_tensor **gin)
+{
+    int d = (int)n->saved.i[0];
+    int64_t at = 0;
+    for (int i = 0; i < n->n_in; i++) {
+        const struct em_geom *gm = &n->in[i];
+        bool skipped = gm->ndim != n->out[0].ndim;   /* torch's legacy 1-d [0] input */
+        int64_t len = skipped ? 0 : gm->shape[d];
+        if (NEEDS(i)) gin[i] = skipped ? em_zeros(gm->ndim, gm->shape, gm->dtype, n->device) : em_narrow(g[0], d, at, len);
+        at += len;
+    }
+}
+
+/* index_select: index_add of g into zeros, as a scatter_add with the 1-d index
+ * broadcast along every other dim. */
+static void bw_index_select(em_node *n, em_tensor *const *g, em_tensor **gin)
+{
+    int d = (int)n->saved.i[0];
+    int64_t shape[EM_MAX_DIMS];
+    for (int j = 0; j < g[0]->ndim; j++) shape[j] = j == d ? g[0]->shape[j] : 1;
+    em_tensor *idx = em_expand(em_reshape(IN(1), g[0]->ndim, shape), g[0]->ndim, g[0]->shape);
+    gin[0] = em_scatter_add(em_zeros(GEOM(0), g[0]->dtype, n->device), d, idx, g[0]);
+}
+
+static void bw_gather(em_node *n, em_tensor *const *g, em_tensor **gin)
+{
+    gin[0] = em_scatter_add(em_zeros(GEOM(0), g[0]->dtype, n->device), (int)n->saved.i[0], IN(1), g[0]);
+}
+
+/* scatter_add(self, dim, index, src): self gets g; src gets g gathered at
+ * index, zero where src is larger than index. */
+static void bw_scatter_add(em_node *n, em_tensor *const *g, em_tensor **gin)
+{
+    if (NEEDS(0)) gin[0] = g[0];
+    if (NEEDS(2)) gin[2] = pad_to(em_gather(g[0], (int)n->saved.i[0], IN(1)), GEOM(2));
+}
+
+/* ---- the table ------------------------------------------------------------------------------ */
+/* tol is one of the GC_* triples below (eps, atol, rtol); TOL expands it first. */
+#define TOL_(eps, atol, rtol) .gc_eps = eps, .gc_atol = atol, .gc_rtol = rtol
+#define TOL(...) TOL_(__VA_ARGS__)
+#define DIFF(fn, si, so, tol) {.backward = fn, .save_in = si, .save_out = so, TOL(tol)}
+#define DIFF1(fn, si, so, tol) {.backward = fn, .save_in = si, .save_out = so, .n_diff_out = 1, TOL(tol)}
+#define GC 1e-6, 1e-7, 1e-5     /* the default gradcheck settings (f64) */
 
 const em_rule em_rules[EM_NUM_OPS] = {
     [EM_OP_VIEW] = DIFF(bw_view, 0, 0, GC),
@@ -97,6 +398,41 @@ const em_rule em_rules[EM_NUM_OPS] = {
     [EM_OP_ADD] = DIFF(bw_add, 0, 0, GC),
     [EM_OP_SUB] = DIFF(bw_sub, 0, 0, GC),
     [EM_OP_MUL] = DIFF(bw_mul, 3, 0, GC),
-    [EM_OP_MATMUL] = DIFF(bw_matmul, 3, 0, GC),
+    [EM_OP_DIV] = DIFF(bw_div, 3, 0, GC),
+    [EM_OP_POW] = DIFF(bw_pow, 3, 1, GC),
+    [EM_OP_MAXIMUM] = DIFF(bw_extremum2, 3, 0, GC),
+    [EM_OP_MINIMUM] = DIFF(bw_extremum2, 3, 0, GC),
+    [EM_OP_NEG] = DIFF(bw_neg, 0, 0, GC),
+    [EM_OP_ABS] = DIFF(bw_abs, 1, 0, GC),
+    [EM_OP_EXP] = DIFF(bw_exp, 0, 1, GC),
+    [EM_OP_LOG] = DIFF(bw_log, 1, 0, GC),
+    [EM_OP_SQRT] = DIFF(bw_sqrt, 0, 1, GC),
+    [EM_OP_RSQRT] = DIFF(bw_rsqrt, 0, 1, GC),
+    [EM_OP_TANH] = DIFF(bw_tanh, 0, 1, GC),
+    [EM_OP_SIGMOID] = DIFF(bw_sigmoid, 0, 1, GC),
+    [EM_OP_RELU] = DIFF(bw_relu, 0, 1, GC),
+    [EM_OP_GELU] = DIFF(bw_gelu, 1, 0, GC),
+    [EM_OP_GELU_TANH] = DIFF(bw_gelu, 1, 0, GC),
+    [EM_OP_SIN] = DIFF(bw_sin, 1, 0, GC),
+    [EM_OP_COS] = DIFF(bw_cos, 1, 0, GC),
+    [EM_OP_WHERE] = DIFF(bw_where, 1, 0, GC),
+    [EM_OP_MASKED_FILL] = DIFF(bw_masked_fill, 2, 0, GC),
     [EM_OP_SUM] = DIFF(bw_sum, 0, 0, GC),
+    [EM_OP_MEAN] = DIFF(bw_mean, 0, 0, GC),
+    [EM_OP_VAR] = DIFF(bw_var, 1, 0, GC),
+    [EM_OP_LOGSUMEXP] = DIFF(bw_logsumexp, 1, 1, GC),
+    [EM_OP_NORM] = DIFF(bw_norm, 1, 1, GC),
+    [EM_OP_MAX] = DIFF1(bw_extreme, 1, 3, GC),
+    [EM_OP_MIN] = DIFF1(bw_extreme, 1, 3, GC),
+    [EM_OP_MATMUL] = DIFF(bw_matmul, 3, 0, GC),
+    [EM_OP_SOFTMAX] = DIFF(bw_softmax, 0, 1, GC),
+    [EM_OP_LOG_SOFTMAX] = DIFF(bw_softmax, 0, 1, GC),
+    [EM_OP_LAYER_NORM] = DIFF1(bw_layer_norm, 3, 6, GC),
+    [EM_OP_EMBEDDING] = DIFF(bw_embedding, 2, 0, GC),
+    [EM_OP_DROPOUT] = DIFF1(bw_dropout, 0, 0, GC),
+    [EM_OP_CROSS_ENTROPY] = DIFF1(bw_cross_entropy, 3, 2, GC),
+    [EM_OP_CAT] = DIFF(bw_cat, 0, 0, GC),
+    [EM_OP_INDEX_SELECT] = DIFF(bw_index_select, 2, 0, GC),
+    [EM_OP_GATHER] = DIFF(bw_gather, 2, 0, GC),
+    [EM_OP_SCATTER_ADD] = DIFF(bw_scatter_add, 2, 0, GC),
 };

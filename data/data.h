@@ -32,12 +32,15 @@ extern "C" {
  *      max_input_chars_per_word code points.
  * Unicode data comes from utf8proc (its Unicode version may be newer than the
  * Python that made a given golden file: newly assigned characters may then
- * differ).
+ * differ). Where HF's Rust BertTokenizerFast differs from the Python class
+ * (Greek final sigma, NFC, which text keeps the odd id when a pair is
+ * truncated), ember follows the Python class.
  *
  * Input text is UTF-8 and NUL-terminated. Hugging Face receives a Python str
  * and so never sees invalid bytes; ember instead REFUSES invalid UTF-8
  * (overlong forms, surrogates, > U+10FFFF, truncated sequences) with
- * EM_ERR_FORMAT and a message giving the byte offset of the first bad byte.
+ * EM_ERR_FORMAT and a message giving the byte offset where the first invalid
+ * sequence starts (Python's UnicodeDecodeError.start).
  * It never guesses or replaces bytes.
  *
  * A loaded tokenizer is immutable: any number of threads may encode and

@@ -23,6 +23,13 @@ static em_status dispatch1(em_op op, em_tensor *out, em_tensor *in, double f0, d
     return em__dispatch(&k);
 }
 
+/* out is an existing tensor the caller sees change (em_fill_, em_copy_). */
+static em_status dispatch_inplace(em_op op, em_tensor *out, em_tensor *in, double f0)
+{
+    em_kargs k = {.op = op, .in = {in}, .out = {out}, .f = {f0}, .inplace = true};
+    return em__dispatch(&k);
+}
+
 /* A new tensor of the given geometry filled with v. */
 static em_tensor *filled(int ndim, const int64_t *shape, double v, em_dtype dt, em_device dev)
 {
@@ -101,14 +108,14 @@ static bool writable(const em_tensor *t, int *dim)
     return true;
 }
 
-/* Any layout; the kernel bumps nothing, em__dispatch bumps the storage version. */
+/* Any layout (em__dispatch bumps the storage version). */
 em_tensor *em_fill_(em_tensor *t, double value)
 {
     EM_PROPAGATE_NULL(t);
     int d = 0;
     EM_CHECK(writable(t, &d), "em_fill_", "cannot write in place to %s: dim %d is expanded (stride 0)",
              em__shape_str(t), d);
-    return dispatch1(EM_OP_FILL, t, NULL, value, 0) == EM_OK ? t : NULL;
+    return dispatch_inplace(EM_OP_FILL, t, NULL, value) == EM_OK ? t : NULL;
 }
 
 /* Bytes of a contiguous src to a contiguous dst of the same dtype on another
@@ -136,7 +143,7 @@ static em_status copy_across(em_tensor *dst, em_tensor *src)
     em_status st = EM_ERR_OOM;
     em_scope_begin();
     em_tensor *moved = em_to(src, dst->device);
-    if (moved) st = dispatch1(EM_OP_COPY, dst, moved, 0, 0);
+    if (moved) st = dispatch_inplace(EM_OP_COPY, dst, moved, 0);
     em_scope_end();
     return st;
 }
@@ -150,7 +157,7 @@ em_tensor *em_copy_(em_tensor *dst, em_tensor *src)
     int d = 0;
     EM_CHECK(writable(dst, &d), "em_copy_", "cannot write in place to %s: dim %d is expanded (stride 0)",
              em__shape_str(dst), d);
-    em_status st = em_device_eq(dst->device, src->device) ? dispatch1(EM_OP_COPY, dst, src, 0, 0)
+    em_status st = em_device_eq(dst->device, src->device) ? dispatch_inplace(EM_OP_COPY, dst, src, 0)
                                                           : copy_across(dst, src);
     return st == EM_OK ? dst : NULL;
 }

@@ -10,11 +10,12 @@
 #include <math.h>
 #include <string.h>
 
-/* Kernels receive inputs expanded to the output's shape (ops.h). They are
- * headers made with em__alias, released right after dispatch, so they never
- * reach a scope. (The CPU kernels also accept unexpanded, broadcastable
- * inputs: with this false the record hook sees the caller's own tensors.) */
-static const bool expand_inputs = true;
+/* Whether kernels get inputs expanded to the output's shape (aliases with
+ * stride 0 on broadcast dims, released right after dispatch) or the caller's
+ * own tensors, broadcastable to the output. Autograd's record hook needs the
+ * caller's tensors (their grad metadata and shapes, to sum gradients back to
+ * them), so this is false; the CPU kernels broadcast themselves (iter.h). */
+static const bool expand_inputs = false;
 
 /* The input header a kernel gets for t broadcast to (nd, shape): t itself
  * (+1 ref) when its shape already is that, else an alias with stride 0 on the

@@ -150,8 +150,15 @@ em_tensor *em_index_select(em_tensor *t, int dim, em_tensor *index)
     int64_t shape[EM_MAX_DIMS];
     for (int i = 0; i < t->ndim; i++) shape[i] = t->shape[i];
     shape[d] = em_numel(index);
-    em_kargs k = {.op = EM_OP_INDEX_SELECT, .in = {t, index}, .i = {d}};
-    return dispatch_new(&k, t->ndim, shape, t->dtype, t->device, NULL);
+    /* The kernel takes a 1-d i64 index (ops.h): convert i32, view 0-d as [1]. */
+    em_tensor *res = NULL;
+    em_scope_begin();
+    em_tensor *idx = index->dtype == EM_I64 ? index : em_to_dtype(index, EM_I64);
+    if (idx && idx->ndim == 0) idx = em_view(idx, 1, (int64_t[]){1});
+    em_kargs k = {.op = EM_OP_INDEX_SELECT, .in = {t, idx}, .i = {d}};
+    if (idx) res = em_keep(dispatch_new(&k, t->ndim, shape, t->dtype, t->device, NULL));
+    em_scope_end();
+    return res;
 }
 
 /* Shared checks of gather and scatter_add; returns the wrapped dim or -1. */

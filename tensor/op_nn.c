@@ -1,2 +1,367 @@
-/* placeholder: written by helper B2 */
-typedef int em__placeholder_op_nn;
+/* ember — front-ends of the fused NN ops (tensor.h "linear algebra and NN
+ * kernels", plus the internal ones of tensor/op_nn.h).
+ *
+ * Each op checks its arguments (misuse: op name, what is wrong, the shapes),
+ * then opens a scope for its intermediates and outputs, dispatches, and keeps
+ * the results it returns into the caller's scope. Ids and targets are read
+ * on the CPU (copied there when they live on a device) and every one is
+ * checked before dispatch.
+ */
+#include "tensor/op_nn.h"
+#include "tensor/tensor_internal.h"
+
+#include <math.h>
+
+static bool same_shape(const em_tensor *a, const em_tensor *b)
+{
+    if (a->ndim != b->ndim) return false;
+    for (int d = 0; d < a->ndim; d++)
+        if (a->shape[d] != b->shape[d]) return false;
+    return true;
+}
+
+static bool is_index_dtype(em_dtype dt) { return dt == EM_I64 || dt == EM_I32; }
+
+/* Element i (row-major) of a CPU i64/i32 tensor of any layout. */
+static int64_t index_value(const em_tensor *t, int64_t i)
+{
+    int64_t off = t->offset;
+    for (int d = t->ndim - 1; d >= 0 && i > 0; d--) {
+        off += (i % t->shape[d]) * t->stride[d];
+        i /= t->shape[d];
+    }
+    const void *p = t->storage->data;
+    return t->dtype == EM_I64 ? ((const int64_t *)p)[off] : ((const int32_t *)p)[off];
+}
+
+/* Misuse (and false) when an element of idx lies outside [0, n) and is not
+ * `except` (when has_except). False without a message on an outside failure. */
+static bool check_indices(const char *op, em_tensor *idx, int64_t n, bool has_except, int64_t except,
+                          const char *what, const char *of_name, const em_tensor *of)
+{
+    em_scope_begin();
+    em_tensor *h = idx->device.type == EM_DEVICE_CPU ? idx : em_to(idx, EM_CPU);
+    int64_t bad = -1, val = 0, count = h ? em_numel(h) : 0;
+    for (int64_t i = 0; i < count; i++) {
+        int64_t v = index_value(h, i);
+        if ((v < 0 || v >= n) && !(has_except && v == except)) {
+            bad = i, val = v;
+            break;
+        }
+    }
+    em_scope_end();
+    if (!h) return false;
+    if (bad >= 0) {
+        em__misuse(op, "%s %lld at position %lld is out of range [0, %lld) for %s %s", what, (long long)val,
+                   (long long)bad, (long long)n, of_name, em__shape_str(of));
+        return false;
+    }
+    return true;
+}
+
+/* Keeps r into the caller's scope when ok; NULL otherwise. */
+static em_tensor *keep_if(bool ok, em_tensor *r) { return ok && r ? em_keep(r) : NULL; }
+
+/* ---- softmax ------------------------------------------------------------------ */
+
+static em_tensor *softmax_op(em_tensor *t, int dim, em_op opc, const char *op)
+{
+    EM_PROPAGATE_NULL(t);
+    EM_CHECK(em_dtype_is_float(t->dtype), op, "expected a floating-point tensor, got %s %s",
+             em_dtype_name(t->dtype), em__shape_str(t));
+    int d = em__wrap_dim(dim, t->ndim, op);
+    if (d < 0) return NULL;
+    em_scope_begin();
+    em_tensor *x = em_contiguous(t);   /* the kernel contract: a contiguous input */
+    em_tensor *y = x ? em__empty(t->ndim, t->shape, t->dtype, t->device) : NULL;
+    em_kargs k = {.op = opc, .in = {x}, .out = {y}, .i = {t->ndim ? d : -1}};
+    em_tensor *r = keep_if(y && em__dispatch(&k) == EM_OK, y);
+    em_scope_end();
+    return r;
+}
+
+em_tensor *em_softmax(em_tensor *t, int dim) { return softmax_op(t, dim, EM_OP_SOFTMAX, "em_softmax"); }
+em_tensor *em_log_softmax(em_tensor *t, int dim) { return softmax_op(t, dim, EM_OP_LOG_SOFTMAX, "em_log_softmax"); }
+
+em_tensor *em__softmax_backward(em_tensor *y, em_tensor *dy, int dim, bool log)
+{
+    const char *op = log ? "em_log_softmax_backward" : "em_softmax_backward";
+    EM_PROPAGATE_NULL(y, dy);
+    EM_CHECK(em_dtype_is_float(y->dtype) && y->dtype == dy->dtype, op,
+             "y and dy must share a floating-point dtype, got %s and %s", em_dtype_name(y->dtype),
+             em_dtype_name(dy->dtype));
+    EM_CHECK(same_shape(y, dy), op, "y %s and dy %s differ in shape", em__shape_str(y), em__shape_str(dy));
+    EM_CHECK(em_device_eq(y->device, dy->device), op, "y and dy are on different devices");
+    int d = em__wrap_dim(dim, y->ndim, op);
+    if (d < 0) return NULL;
+    em_scope_begin();
+    em_tensor *dx = em__empty(y->ndim, y->shape, y->dtype, y->device);
+    em_kargs k = {.op = log ? EM_OP_LOG_SOFTMAX_BWD : EM_OP_SOFTMAX_BWD, .in = {y, dy}, .out = {dx},
+                  .i = {y->ndim ? d : -1}};
+    em_tensor *r = keep_if(dx && em__dispatch(&k) == EM_OK, dx);
+    em_scope_end();
+    return r;
+}
+
+/* ---- layer_norm -------------------------------------------------------------------- */
+
+/* w is NULL or a [D] vector of x's dtype and device. */
+static bool check_affine(const char *op, const em_tensor *x, const em_tensor *w, const char *name)
+{
+    if (!w) return true;
+    int64_t D = x->shape[x->ndim - 1];
+    if (w->ndim != 1 || w->shape[0] != D) {
+        em__misuse(op, "%s %s does not match the last dim %lld of input %s", name, em__shape_str(w),
+                   (long long)D, em__shape_str(x));
+        return false;
+    }
+    if (w->dtype != x->dtype || !em_device_eq(w->device, x->device)) {
+        em__misuse(op, "%s (%s) must have the dtype and device of input %s (%s)", name,
+                   em_dtype_name(w->dtype), em__shape_str(x), em_dtype_name(x->dtype));
+        return false;
+    }
+    return true;
+}
+
+/* mean/rstd: float, R = numel(x) / D elements, shaped as x without its last
+ * dim (or with it as 1, as torch's native_layer_norm returns them). */
+static bool check_stat(const char *op, const em_tensor *x, const em_tensor *s, const char *name)
+{
+    bool ok = em_dtype_is_float(s->dtype) && em_device_eq(s->device, x->device);
+    int lead = x->ndim - 1;
+    if (ok && s->ndim == lead + 1) ok = s->shape[lead] == 1;
+    else ok = ok && s->ndim == lead;
+    for (int d = 0; ok && d < lead; d++) ok = s->shape[d] == x->shape[d];
+    if (!ok)
+        em__misuse(op, "%s %s (%s) does not match input %s: expected a float tensor of its leading shape", name,
+                   em__shape_str(s), em_dtype_name(s->dtype), em__shape_str(x));
+    return ok;
+}
+
+em_tensor *em_layer_norm(em_tensor *x, em_tensor *weight, em_tensor *bias, double eps, em_tensor **mean,
+                         em_tensor **rstd)
+{
+    static const char op[] = "em_layer_norm";
+    if (mean) *mean = NULL;
+    if (rstd) *rstd = NULL;
+    EM_PROPAGATE_NULL(x);
+    EM_CHECK(em_dtype_is_float(x->dtype), op, "expected a floating-point input, got %s %s",
+             em_dtype_name(x->dtype), em__shape_str(x));
+    EM_CHECK(x->ndim >= 1, op, "input must have at least 1 dim, got a 0-d tensor");
+    EM_CHECK(eps >= 0.0, op, "eps must be >= 0, got %g", eps);
+    if (!check_affine(op, x, weight, "weight") || !check_affine(op, x, bias, "bias")) return NULL;
+    em_dtype sdt = x->dtype == EM_F64 ? EM_F64 : EM_F32;
+    em_scope_begin();
+    em_tensor *xc = em_contiguous(x);   /* the kernel contract: a contiguous input */
+    em_tensor *y = em__empty(x->ndim, x->shape, x->dtype, x->device);
+    em_tensor *mu = em__empty(x->ndim - 1, x->shape, sdt, x->device);
+    em_tensor *rs = em__empty(x->ndim - 1, x->shape, sdt, x->device);
+    bool ok = xc && y && mu && rs;
+    if (ok) {
+        em_kargs k = {.op = EM_OP_LAYER_NORM, .in = {xc, weight, bias}, .out = {y, mu, rs}, .f = {eps}};
+        ok = em__dispatch(&k) == EM_OK;
+    }
+    em_tensor *r = keep_if(ok, y);
+    if (r && mean) *mean = em_keep(mu);
+    if (r && rstd) *rstd = em_keep(rs);
+    em_scope_end();
+    return r;
+}
+
+em_tensor *em_layer_norm_backward(em_tensor *dy, em_tensor *x, em_tensor *mean, em_tensor *rstd,
+                                  em_tensor *weight, em_tensor **dweight, em_tensor **dbias)
+{
+    static const char op[] = "em_layer_norm_backward";
+    if (dweight) *dweight = NULL;
+    if (dbias) *dbias = NULL;
+    EM_PROPAGATE_NULL(dy, x, mean, rstd);
+    EM_CHECK(em_dtype_is_float(x->dtype) && dy->dtype == x->dtype, op,
+             "dy and x must share a floating-point dtype, got %s and %s", em_dtype_name(dy->dtype),
+             em_dtype_name(x->dtype));
+    EM_CHECK(x->ndim >= 1, op, "input must have at least 1 dim, got a 0-d tensor");
+    EM_CHECK(same_shape(dy, x), op, "dy %s and x %s differ in shape", em__shape_str(dy), em__shape_str(x));
+    EM_CHECK(em_device_eq(dy->device, x->device), op, "dy and x are on different devices");
+    if (!check_stat(op, x, mean, "mean") || !check_stat(op, x, rstd, "rstd") ||
+        !check_affine(op, x, weight, "weight"))
+        return NULL;
+    int64_t D = x->shape[x->ndim - 1];
+    em_scope_begin();
+    em_tensor *dx = em__empty(x->ndim, x->shape, x->dtype, x->device);
+    em_tensor *dw = dweight ? em__empty(1, &D, x->dtype, x->device) : NULL;
+    em_tensor *db = dbias ? em__empty(1, &D, x->dtype, x->device) : NULL;
+    bool ok = dx && (dw || !dweight) && (db || !dbias);
+    if (ok) {
+        em_kargs k = {.op = EM_OP_LAYER_NORM_BWD, .in = {dy, x, mean, rstd, weight}, .out = {dx, dw, db}};
+        ok = em__dispatch(&k) == EM_OK;
+    }
+    em_tensor *r = keep_if(ok, dx);
+    if (r && dweight) *dweight = em_keep(dw);
+    if (r && dbias) *dbias = em_keep(db);
+    em_scope_end();
+    return r;
+}
+
+/* ---- embedding ------------------------------------------------------------------------ */
+
+em_tensor *em_embedding(em_tensor *weight, em_tensor *ids)
+{
+    static const char op[] = "em_embedding";
+    EM_PROPAGATE_NULL(weight, ids);
+    EM_CHECK(weight->ndim == 2, op, "weight must be 2-d [num_embeddings, dim], got %s", em__shape_str(weight));
+    EM_CHECK(is_index_dtype(ids->dtype), op, "ids must be i64 or i32, got %s %s", em_dtype_name(ids->dtype),
+             em__shape_str(ids));
+    EM_CHECK(ids->ndim < EM_MAX_DIMS, op, "ids %s have too many dims (the result adds one; at most %d)",
+             em__shape_str(ids), EM_MAX_DIMS);
+    EM_CHECK(em_device_eq(weight->device, ids->device), op, "weight and ids are on different devices");
+    if (!check_indices(op, ids, weight->shape[0], false, 0, "id", "weight", weight)) return NULL;
+    int64_t shape[EM_MAX_DIMS];
+    for (int d = 0; d < ids->ndim; d++) shape[d] = ids->shape[d];
+    shape[ids->ndim] = weight->shape[1];
+    em_scope_begin();
+    /* [ids..., D]: the contract's [N, D], contiguous */
+    em_tensor *out = em__empty(ids->ndim + 1, shape, weight->dtype, weight->device);
+    em_kargs k = {.op = EM_OP_EMBEDDING, .in = {weight, ids}, .out = {out}};
+    em_tensor *r = keep_if(out && em__dispatch(&k) == EM_OK, out);
+    em_scope_end();
+    return r;
+}
+
+em_tensor *em_embedding_backward(em_tensor *dy, em_tensor *ids, int64_t num_embeddings, int64_t padding_idx)
+{
+    static const char op[] = "em_embedding_backward";
+    EM_PROPAGATE_NULL(dy, ids);
+    EM_CHECK(em_dtype_is_float(dy->dtype), op, "dy must be floating-point, got %s %s", em_dtype_name(dy->dtype),
+             em__shape_str(dy));
+    EM_CHECK(is_index_dtype(ids->dtype), op, "ids must be i64 or i32, got %s %s", em_dtype_name(ids->dtype),
+             em__shape_str(ids));
+    bool match = dy->ndim == ids->ndim + 1;
+    for (int d = 0; match && d < ids->ndim; d++) match = dy->shape[d] == ids->shape[d];
+    EM_CHECK(match, op, "dy %s must be ids' shape %s plus one trailing dim", em__shape_str(dy),
+             em__shape_str(ids));
+    EM_CHECK(em_device_eq(dy->device, ids->device), op, "dy and ids are on different devices");
+    EM_CHECK(num_embeddings >= 0, op, "num_embeddings must be >= 0, got %lld", (long long)num_embeddings);
+    EM_CHECK(padding_idx < num_embeddings, op, "padding_idx %lld is out of range for num_embeddings %lld",
+             (long long)padding_idx, (long long)num_embeddings);
+    if (!check_indices(op, ids, num_embeddings, false, 0, "id", "dy", dy)) return NULL;
+    int64_t shape[2] = {num_embeddings, dy->shape[dy->ndim - 1]};
+    em_scope_begin();
+    em_tensor *dw = em__empty(2, shape, dy->dtype, dy->device);
+    em_kargs k = {.op = EM_OP_EMBEDDING_BWD, .in = {dy, ids}, .out = {dw}, .i = {padding_idx < 0 ? -1 : padding_idx}};
+    em_tensor *r = keep_if(dw && em__dispatch(&k) == EM_OK, dw);
+    em_scope_end();
+    return r;
+}
+
+/* ---- dropout ---------------------------------------------------------------------------- */
+
+em_tensor *em_dropout(em_tensor *x, double p, uint64_t seed, uint64_t offset, em_tensor **mask)
+{
+    static const char op[] = "em_dropout";
+    if (mask) *mask = NULL;
+    EM_PROPAGATE_NULL(x);
+    EM_CHECK(em_dtype_is_float(x->dtype), op, "expected a floating-point input, got %s %s",
+             em_dtype_name(x->dtype), em__shape_str(x));
+    EM_CHECK(p >= 0.0 && p <= 1.0, op, "p must be in [0, 1], got %g", p);
+    em_scope_begin();
+    em_tensor *y = em__empty(x->ndim, x->shape, x->dtype, x->device);
+    em_tensor *m = em__empty(x->ndim, x->shape, EM_BOOL, x->device);
+    em_kargs k = {.op = EM_OP_DROPOUT, .in = {x}, .out = {y, m}, .f = {p}, .i = {(int64_t)seed, (int64_t)offset}};
+    em_tensor *r = keep_if(y && m && em__dispatch(&k) == EM_OK, y);
+    if (r && mask) *mask = em_keep(m);
+    em_scope_end();
+    return r;
+}
+
+/* ---- cross-entropy -------------------------------------------------------------------------- */
+
+static bool check_ce(const char *op, em_tensor *logits, em_tensor *target, int64_t ignore_index, em_reduction red)
+{
+    if (logits->ndim != 2 || !em_dtype_is_float(logits->dtype)) {
+        em__misuse(op, "logits must be a 2-d [N, C] floating-point tensor, got %s %s",
+                   em_dtype_name(logits->dtype), em__shape_str(logits));
+        return false;
+    }
+    if (target->dtype != EM_I64 || target->ndim != 1 || target->shape[0] != logits->shape[0]) {
+        em__misuse(op, "target must be i64 [%lld] for logits %s, got %s %s", (long long)logits->shape[0],
+                   em__shape_str(logits), em_dtype_name(target->dtype), em__shape_str(target));
+        return false;
+    }
+    if (!em_device_eq(logits->device, target->device)) {
+        em__misuse(op, "logits and target are on different devices");
+        return false;
+    }
+    if ((unsigned)red > EM_REDUCE_NONE) {
+        em__misuse(op, "unknown reduction %d", (int)red);
+        return false;
+    }
+    return check_indices(op, target, logits->shape[1], true, ignore_index, "target", "logits", logits);
+}
+
+em_tensor *em__cross_entropy(em_tensor *logits, em_tensor *target, int64_t ignore_index, em_reduction red,
+                             em_tensor **lse)
+{
+    static const char op[] = "em_cross_entropy";
+    if (lse) *lse = NULL;
+    EM_PROPAGATE_NULL(logits, target);
+    if (!check_ce(op, logits, target, ignore_index, red)) return NULL;
+    em_dtype sdt = logits->dtype == EM_F64 ? EM_F64 : EM_F32;
+    em_scope_begin();
+    em_tensor *loss = em__empty(red == EM_REDUCE_NONE ? 1 : 0, logits->shape, logits->dtype, logits->device);
+    em_tensor *l = em__empty(1, logits->shape, sdt, logits->device);
+    em_kargs k = {.op = EM_OP_CROSS_ENTROPY, .in = {logits, target}, .out = {loss, l}, .i = {ignore_index, red}};
+    em_tensor *r = keep_if(loss && l && em__dispatch(&k) == EM_OK, loss);
+    if (r && lse) *lse = em_keep(l);
+    em_scope_end();
+    return r;
+}
+
+em_tensor *em_cross_entropy(em_tensor *logits, em_tensor *target, int64_t ignore_index, em_reduction red)
+{
+    return em__cross_entropy(logits, target, ignore_index, red, NULL);
+}
+
+static bool check_dloss(const char *op, const em_tensor *dloss, const em_tensor *logits, em_reduction red)
+{
+    bool ok = em_dtype_is_float(dloss->dtype) && em_device_eq(dloss->device, logits->device);
+    if (red == EM_REDUCE_NONE) ok = ok && dloss->ndim == 1 && dloss->shape[0] == logits->shape[0];
+    else ok = ok && em_numel(dloss) == 1;
+    if (!ok)
+        em__misuse(op, "dloss %s (%s) must be a float %s for logits %s", em__shape_str(dloss),
+                   em_dtype_name(dloss->dtype), red == EM_REDUCE_NONE ? "[N] tensor" : "scalar",
+                   em__shape_str(logits));
+    return ok;
+}
+
+em_tensor *em__cross_entropy_backward(em_tensor *dloss, em_tensor *logits, em_tensor *target, em_tensor *lse,
+                                      int64_t ignore_index, em_reduction red)
+{
+    static const char op[] = "em_cross_entropy_backward";
+    EM_PROPAGATE_NULL(dloss, logits, target, lse);
+    if (!check_ce(op, logits, target, ignore_index, red) || !check_dloss(op, dloss, logits, red)) return NULL;
+    EM_CHECK(em_dtype_is_float(lse->dtype) && lse->ndim == 1 && lse->shape[0] == logits->shape[0] &&
+                 em_device_eq(lse->device, logits->device),
+             op, "lse %s (%s) must be a float [N] tensor for logits %s", em__shape_str(lse),
+             em_dtype_name(lse->dtype), em__shape_str(logits));
+    em_scope_begin();
+    em_tensor *dx = em__empty(2, logits->shape, logits->dtype, logits->device);
+    em_kargs k = {.op = EM_OP_CROSS_ENTROPY_BWD, .in = {logits, target, lse, dloss}, .out = {dx},
+                  .i = {ignore_index, red}};
+    em_tensor *r = keep_if(dx && em__dispatch(&k) == EM_OK, dx);
+    em_scope_end();
+    return r;
+}
+
+em_tensor *em_cross_entropy_backward(em_tensor *dloss, em_tensor *logits, em_tensor *target,
+                                     int64_t ignore_index, em_reduction red)
+{
+    static const char op[] = "em_cross_entropy_backward";
+    EM_PROPAGATE_NULL(dloss, logits, target);
+    if (!check_ce(op, logits, target, ignore_index, red) || !check_dloss(op, dloss, logits, red)) return NULL;
+    em_scope_begin();
+    em_tensor *lse = NULL;
+    em_tensor *loss = em__cross_entropy(logits, target, ignore_index, EM_REDUCE_NONE, &lse);
+    em_tensor *dx = loss ? em__cross_entropy_backward(dloss, logits, target, lse, ignore_index, red) : NULL;
+    em_tensor *r = keep_if(dx != NULL, dx);
+    em_scope_end();
+    return r;
+}

@@ -47,12 +47,15 @@ struct em_tensor;
     /* SOFTMAX/LOG_SOFTMAX: in[0] contiguous, i[0]=dim -> out[0].                        \
        *_BWD: in[0]=y (the forward output), in[1]=dy -> out[0]=dx; i[0]=dim */           \
     X(SOFTMAX) X(LOG_SOFTMAX) X(SOFTMAX_BWD) X(LOG_SOFTMAX_BWD)                          \
+    /* GELU_BWD, GELU_TANH_BWD: in[0]=x, in[1]=dy (x's shape) -> out[0]=dy * gelu'(x) */ \
+    X(GELU_BWD) X(GELU_TANH_BWD)                                                         \
     /* LAYER_NORM: in[0]=x [R,D] contiguous, in[1]=w [D] or NULL, in[2]=b or NULL,       \
        f[0]=eps -> out[0]=y, out[1]=mean f32 [R], out[2]=rstd f32 [R].                   \
        LAYER_NORM_BWD: in[0]=dy, in[1]=x, in[2]=mean, in[3]=rstd, in[4]=w or NULL        \
        -> out[0]=dx, out[1]=dw or NULL, out[2]=db or NULL */                             \
     X(LAYER_NORM) X(LAYER_NORM_BWD)                                                      \
-    /* EMBEDDING: in[0]=w [V,D], in[1]=ids i64/i32 (checked < V) -> out[0] [N,D].        \
+    /* EMBEDDING: in[0]=w [V,D], in[1]=ids i64/i32 (checked < V) -> out[0] [N,D];        \
+       i[1]=1 when i[0] holds a padding_idx (for autograd; the kernel ignores both).     \
        EMBEDDING_BWD: in[0]=dy [N,D], in[1]=ids [N] -> out[0]=dw [V,D] (kernel zeroes);  \
        i[0]=padding_idx or -1 */                                                         \
     X(EMBEDDING) X(EMBEDDING_BWD)                                                        \

@@ -57,6 +57,8 @@ const em_op_def em_op_table[EM_NUM_OPS] = {
     ROW(LOG_SOFTMAX, "log_softmax", 1, 1, EM_CLASS_NN, true),
     ROW(SOFTMAX_BWD, "softmax_backward", 2, 1, EM_CLASS_NN, false),
     ROW(LOG_SOFTMAX_BWD, "log_softmax_backward", 2, 1, EM_CLASS_NN, false),
+    ROW(GELU_BWD, "gelu_backward", 2, 1, EM_CLASS_NN, false),
+    ROW(GELU_TANH_BWD, "gelu_tanh_backward", 2, 1, EM_CLASS_NN, false),
     ROW(LAYER_NORM, "layer_norm", 3, 3, EM_CLASS_NN, true),
     ROW(LAYER_NORM_BWD, "layer_norm_backward", 5, 3, EM_CLASS_NN, false),
     ROW(EMBEDDING, "embedding", 2, 1, EM_CLASS_NN, true),
@@ -75,4 +77,4 @@ const em_op_def em_op_table[EM_NUM_OPS] = {
 
 /* Adding an op to EM_OP_LIST without a row here leaves a NULL name; the count
  * check below catches a changed list, tests/test_optable.c catches a gap. */
-static_assert(EM_NUM_OPS == 64, "op list changed: add its row above and update this count");
+static_assert(EM_NUM_OPS == 66, "op list changed: add its row above and update this count");

@@ -676,6 +676,7 @@ em_status em_safetensors_save(const char *path, int n, const char *const *names,
     em_status s = EM_OK;
     int fd = -1;
     bool created = false;   /* the temporary file exists and must go on failure */
+    const char *dup_tensor = NULL, *dup_key = NULL;   /* misuse, reported once all is freed */
     char *tmp = NULL, *hdr = NULL;
     uint8_t *scratch = NULL;
     size_t plen = strlen(path);
@@ -692,7 +693,7 @@ em_status em_safetensors_save(const char *path, int n, const char *const *names,
     qsort(items, (size_t)n, sizeof *items, st_cmp_item_names);
     for (int i = 1; i < n; i++)
         if (strcmp(items[i - 1].name, items[i].name) == 0) {
-            em__misuse(op, "duplicate tensor name '%s'", items[i].name);
+            dup_tensor = items[i].name;
             s = EM_ERR_INVALID;
             goto done;
         }
@@ -701,7 +702,7 @@ em_status em_safetensors_save(const char *path, int n, const char *const *names,
     qsort(mk, (size_t)n_meta, sizeof *mk, st_cmp_strp);
     for (int i = 0; i < n_meta; i++) {
         if (i && strcmp(mk[i - 1], mk[i]) == 0) {
-            em__misuse(op, "duplicate metadata key '%s'", mk[i]);
+            dup_key = mk[i];
             s = EM_ERR_INVALID;
             goto done;
         }
@@ -786,5 +787,7 @@ done:
     em__free(tmp);
     em__free(mk);
     em__free(items);
+    if (dup_tensor) em__misuse(op, "duplicate tensor name '%s'", dup_tensor);
+    if (dup_key) em__misuse(op, "duplicate metadata key '%s'", dup_key);
     return s;
 }

@@ -104,8 +104,10 @@ static em_tensor *tensor_new(em_storage *s, int ndim, const int64_t *shape, cons
     t->storage = s;
     t->offset = offset;
     t->ndim = ndim;
-    memcpy(t->shape, shape, sizeof(int64_t) * (size_t)ndim);
-    memcpy(t->stride, stride, sizeof(int64_t) * (size_t)ndim);
+    if (ndim) {
+        memcpy(t->shape, shape, sizeof(int64_t) * (size_t)ndim);
+        memcpy(t->stride, stride, sizeof(int64_t) * (size_t)ndim);
+    }
     t->dtype = dt;
     t->device = s->device;
     t->refcount = 1;

@@ -290,7 +290,7 @@ const char *em_safetensors_name(const em_safetensors *st, int i);   /* file orde
 const char *em_safetensors_metadata(const em_safetensors *st, const char *key);
 /* A new CPU tensor holding a copy of the named tensor (NULL + EM_ERR_NOT_FOUND if absent). */
 em_tensor *em_safetensors_get(em_safetensors *st, const char *name);
-/* Writes tensors atomically (path.tmp, fsync, rename). metadata: n_meta key/value pairs. */
+/* Writes tensors atomically (path.tmp.<pid>, fsync, rename). metadata: n_meta key/value pairs. */
 em_status em_safetensors_save(const char *path, int n, const char *const *names, em_tensor *const *ts,
                               int n_meta, const char *const *meta_keys, const char *const *meta_values);
 

@@ -311,14 +311,14 @@ END_TEST
 
 START_TEST(test_misuse_dtype)
 {
-    tu_expect_misuse("em_matmul: operands differ in dtype: f32 [2,3] and f64 [3,4]");
+    tu_expect_misuse("em_matmul: operands differ in dtype: float32 [2,3] and float64 [3,4]");
     em_matmul(em_zeros(EM_SHAPE(2, 3), EM_F32, EM_CPU), em_zeros(EM_SHAPE(3, 4), EM_F64, EM_CPU));
 }
 END_TEST
 
 START_TEST(test_misuse_int)
 {
-    tu_expect_misuse("em_matmul: expected floating-point operands, got i64");
+    tu_expect_misuse("em_matmul: expected floating-point operands, got int64 [2,3]");
     em_matmul(em_zeros(EM_SHAPE(2, 3), EM_I64, EM_CPU), em_zeros(EM_SHAPE(3, 4), EM_I64, EM_CPU));
 }
 END_TEST

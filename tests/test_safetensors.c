@@ -131,6 +131,14 @@ static void assert_error_mentions(const char *path, const char *what)
     ck_assert_msg(strstr(msg, what) != NULL, "message does not say \"%s\": %s", what, msg);
 }
 
+/* A 1-d tensor of n copies of v; made with em_set so that this test needs no fill kernel. */
+static em_tensor *filled(int64_t n, em_dtype dt, double v)
+{
+    em_tensor *t = em_empty(1, &n, dt, EM_CPU);
+    for (int64_t i = 0; i < n; i++) em_set(t, &i, v);
+    return t;
+}
+
 static const char *dt_tag[EM_NUM_DTYPES] = {"f32", "f64", "f16", "bf16", "i64", "i32", "bool"};
 
 /* ---- round trips ------------------------------------------------------------- */
@@ -242,7 +250,7 @@ START_TEST(metadata_round_trip)
     make_tmpdir();
     const char *keys[] = {"format", "quote\"back\\slash", "\xc3\xbcnic\xc3\xb8" "de", "empty"};
     const char *vals[] = {"pt", "line\nbreak\ttab\x01" "ctl/", "\xe5\x80\xa4", ""};
-    em_tensor *t = em_ones(EM_SHAPE(2), EM_F32, EM_CPU);
+    em_tensor *t = filled(2, EM_F32, 1);
     const char *path = tpath("meta.safetensors");
     ck_assert_int_eq(em_safetensors_save(path, 1, (const char *[]){"w"}, &t, 4, keys, vals), EM_OK);
     em_safetensors *st = NULL;
@@ -391,7 +399,7 @@ START_TEST(torch_fixture)
         int64_t idx[3] = {i / 6, i / 2 % 3, i % 2};
         ck_assert(em_get(t[8], idx) == (i - 6) * 0.125);
     }
-    ck_assert_uint_eq(((uint16_t *)em_data_ptr(t[8]))[0], 0xBE00);   /* -0.75 */
+    ck_assert_uint_eq(((uint16_t *)em_data_ptr(t[8]))[0], 0xBA00);   /* -0.75: sign 1, exponent 14, mantissa 0x200 */
     /* bool: i % 3 == 0 */
     ck_assert_int_eq(t[9]->dtype, EM_BOOL);
     for (int i = 0; i < 7; i++) ck_assert_int_eq(((uint8_t *)em_data_ptr(t[9]))[i], i % 3 == 0);
@@ -462,7 +470,7 @@ START_TEST(missing_file_and_missing_tensor)
     ck_assert_int_eq(em_safetensors_open(tmpdir, &st), EM_ERR_IO);
     assert_error_mentions(tmpdir, "not a regular file");
 
-    em_tensor *t = em_zeros(EM_SHAPE(2), EM_F32, EM_CPU);
+    em_tensor *t = filled(2, EM_F32, 0);
     path = tpath("one.safetensors");
     ck_assert_int_eq(em_safetensors_save(path, 1, (const char *[]){"w"}, &t, 0, NULL, NULL), EM_OK);
     ck_assert_int_eq(em_safetensors_open(path, &st), EM_OK);
@@ -481,7 +489,7 @@ END_TEST
 START_TEST(save_into_missing_directory_fails_cleanly)
 {
     make_tmpdir();
-    em_tensor *t = em_ones(EM_SHAPE(3), EM_F32, EM_CPU);
+    em_tensor *t = filled(3, EM_F32, 1);
     const char *path = tpath("no-such-dir/x.safetensors");
     em_status s = em_safetensors_save(path, 1, (const char *[]){"w"}, &t, 0, NULL, NULL);
     ck_assert_int_ne(s, EM_OK);
@@ -507,7 +515,7 @@ START_TEST(save_over_a_directory_removes_the_temporary)
     const char *path = tpath("adir");
     ck_assert_int_eq(mkdir(path, 0755), 0);
     ck_assert_int_eq(mkdir(tpath("adir/inner"), 0755), 0);
-    em_tensor *t = em_ones(EM_SHAPE(3), EM_F32, EM_CPU);
+    em_tensor *t = filled(3, EM_F32, 1);
     ck_assert_int_eq(em_safetensors_save(path, 1, (const char *[]){"w"}, &t, 0, NULL, NULL), EM_ERR_IO);
     assert_error_mentions(path, "renaming");
     struct stat sb;
@@ -525,7 +533,7 @@ START_TEST(failed_save_keeps_the_old_file)
 {
     make_tmpdir();
     const char *path = tpath("model.safetensors");
-    em_tensor *old = em_full(EM_SHAPE(4), 1.5, EM_F32, EM_CPU);
+    em_tensor *old = filled(4, EM_F32, 1.5);
     ck_assert_int_eq(em_safetensors_save(path, 1, (const char *[]){"old"}, &old, 0, NULL, NULL), EM_OK);
     size_t old_len;
     uint8_t *old_bytes = read_bytes(path, &old_len);
@@ -684,7 +692,7 @@ START_TEST(corrupt_files_are_rejected)
     }
 
     /* a good file, truncated in its data section */
-    em_tensor *t = em_ones(EM_SHAPE(10), EM_F64, EM_CPU);
+    em_tensor *t = filled(10, EM_F64, 1);
     const char *path = tpath("truncated.safetensors");
     ck_assert_int_eq(em_safetensors_save(path, 1, (const char *[]){"w"}, &t, 0, NULL, NULL), EM_OK);
     struct stat sb;
@@ -752,7 +760,7 @@ END_TEST
 
 START_TEST(misuse_duplicate_names)
 {
-    em_tensor *t = em_ones(EM_SHAPE(1), EM_F32, EM_CPU);
+    em_tensor *t = filled(1, EM_F32, 1);
     tu_expect_misuse("em_safetensors_save: duplicate tensor name 'w'");
     em_safetensors_save("/tmp/ember-never-written.safetensors", 3, (const char *[]){"w", "v", "w"},
                         (em_tensor *[]){t, t, t}, 0, NULL, NULL);
@@ -761,7 +769,7 @@ END_TEST
 
 START_TEST(misuse_reserved_name)
 {
-    em_tensor *t = em_ones(EM_SHAPE(1), EM_F32, EM_CPU);
+    em_tensor *t = filled(1, EM_F32, 1);
     tu_expect_misuse("\"__metadata__\" is reserved");
     em_safetensors_save("/tmp/ember-never-written.safetensors", 1, (const char *[]){"__metadata__"}, &t, 0, NULL,
                         NULL);
@@ -770,7 +778,7 @@ END_TEST
 
 START_TEST(misuse_duplicate_metadata_key)
 {
-    em_tensor *t = em_ones(EM_SHAPE(1), EM_F32, EM_CPU);
+    em_tensor *t = filled(1, EM_F32, 1);
     tu_expect_misuse("duplicate metadata key 'k'");
     em_safetensors_save("/tmp/ember-never-written.safetensors", 1, (const char *[]){"w"}, &t, 2,
                         (const char *[]){"k", "k"}, (const char *[]){"1", "2"});
@@ -780,7 +788,7 @@ END_TEST
 START_TEST(misuse_name_index_out_of_range)
 {
     make_tmpdir();
-    em_tensor *t = em_ones(EM_SHAPE(1), EM_F32, EM_CPU);
+    em_tensor *t = filled(1, EM_F32, 1);
     const char *path = tpath("one.safetensors");
     ck_assert_int_eq(em_safetensors_save(path, 1, (const char *[]){"w"}, &t, 0, NULL, NULL), EM_OK);
     em_safetensors *st = NULL;

@@ -365,13 +365,13 @@ DEF_CMP(ge, >=)
 #define DEF_UN(NAME, T, EXPR) \
     static void NAME(char **p, const int64_t *s, int64_t n, void *ctx) { (void)ctx; UN_BODY(T, EXPR) }
 
-static inline double sigmoid_f64(double x)
+static inline double sigmoid_d(double x)
 {
     double e = exp(-fabs(x));
     return x >= 0 ? 1 / (1 + e) : e / (1 + e);
 }
-static inline double gelu_f64(double x) { return 0.5 * x * erfc(-x * 0.70710678118654752440); }
-static inline double gelu_tanh_f64(double x)
+static inline double gelu_d(double x) { return 0.5 * x * erfc(-x * 0.70710678118654752440); }
+static inline double gelu_tanh_d(double x)
 {
     double u = 0.79788456080286535588 * (x + 0.044715 * x * x * x);
     return 0.5 * x * (1 + tanh(u));
@@ -390,9 +390,9 @@ DEF_UN(log_f32, float, logf(x))              DEF_UN(log_f64, double, log(x))
 DEF_UN(sqrt_f32, float, sqrtf(x))            DEF_UN(sqrt_f64, double, sqrt(x))
 DEF_UN(rsqrt_f32, float, 1.0f / sqrtf(x))    DEF_UN(rsqrt_f64, double, 1.0 / sqrt(x))
 DEF_UN(tanh_f32, float, em__tanhf(x))        DEF_UN(tanh_f64, double, tanh(x))
-DEF_UN(sigmoid_f32, float, em__sigmoidf(x))  DEF_UN(sigmoid_f64, double, sigmoid_f64(x))
-DEF_UN(gelu_f32, float, em__gelu_erff(x))    DEF_UN(gelu_f64, double, gelu_f64(x))
-DEF_UN(gelu_tanh_f32, float, em__gelu_tanhf(x)) DEF_UN(gelu_tanh_f64, double, gelu_tanh_f64(x))
+DEF_UN(sigmoid_f32, float, em__sigmoidf(x))  DEF_UN(sigmoid_f64, double, sigmoid_d(x))
+DEF_UN(gelu_f32, float, em__gelu_erff(x))    DEF_UN(gelu_f64, double, gelu_d(x))
+DEF_UN(gelu_tanh_f32, float, em__gelu_tanhf(x)) DEF_UN(gelu_tanh_f64, double, gelu_tanh_d(x))
 DEF_UN(sin_f32, float, sinf(x))              DEF_UN(sin_f64, double, sin(x))
 DEF_UN(cos_f32, float, cosf(x))              DEF_UN(cos_f64, double, cos(x))
 

@@ -1,7 +1,8 @@
 /* ember — CPU kernels for CAT, INDEX_SELECT, GATHER, SCATTER_ADD
  * (contract in tensor/ops.h). Inputs may be any strided view; outputs are
- * contiguous. Indices (i64 or i32) were range-checked by the op. CAT, GATHER
- * and INDEX_SELECT move raw elements, so they work for every dtype.
+ * contiguous. Indices (i64; GATHER and SCATTER_ADD also take i32) were
+ * range-checked by the op. CAT, GATHER and INDEX_SELECT move raw elements,
+ * so they work for every dtype.
  * SCATTER_ADD adds in the element's dtype (f16/bf16 through f32) and is
  * deterministic: threads split the positions off the scatter dim, each of
  * which owns distinct output elements, so no atomics are needed and the

@@ -282,6 +282,7 @@ static void acc_combine(int kind, int64_t w, double *a, int64_t *ai, const doubl
 static void pass_range(const plan *pl, int kind, const char *p0, int64_t w, int64_t r0, int64_t r1,
                        const double *prm, double *acc, int64_t *idx)
 {
+    if (r0 >= r1) return;   /* also the R = 0 case: a reduced dim of size 0 */
     const int nr = pl->nr;
     const int64_t es = (int64_t)pl->es;
     int64_t ri[EM_MAX_DIMS], off = 0, rem = r0;

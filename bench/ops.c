@@ -1,0 +1,365 @@
+/* bench_ops — throughput of ember's hot CPU ops, against the libraries
+ * underneath, in one process (docs/PERFORMANCE.md, "## ops (issue 2)").
+ *
+ *   GEMM (f32): em_matmul vs cblas_sgemm and dnnl_sgemm called directly on
+ *   the same buffers, at 512/1024/2048 squares, the DistilBERT linear shapes
+ *   (1024 tokens; forward x W^T, backward dY W and dY^T X) and the attention
+ *   batches (96 heads x 128 tokens). GFLOP/s, ember/best, share of the
+ *   418 GFLOP/s nominal AVX-512 peak and of an FMA loop measured here.
+ *
+ *   Memory-bound ops on 16M f32 elements: em_add, em_gelu, em_softmax (rows
+ *   of 1024), em_layer_norm (D = 768), in GB/s counting bytes read + written,
+ *   against memcpy (1 thread and all threads) measured in the same run.
+ *
+ * Every figure is the median of several timed repetitions after warmup.
+ * Usage: bench_ops [--csv] [--quick]. Respect the environment as it is
+ * (OPENBLAS_CORETYPE, EM_NUM_THREADS/OMP_NUM_THREADS); it is printed.
+ */
+#include "ember.h"
+#include "tensor/tensor_internal.h"
+
+#include "ember_config.h"
+
+#include <cblas.h>
+#include <immintrin.h>
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#if EMBER_HAVE_ONEDNN
+#include <oneapi/dnnl/dnnl.h>
+#endif
+
+bool em__gemm_prefers_onednn(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k);   /* gemm.c */
+
+#define NOMINAL_PEAK 418.0   /* GFLOP/s, AVX-512 FMA, 2 cores (DESIGN.md) */
+
+static bool csv, quick;
+
+static double now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Median seconds of fn(ctx): 2 warmup calls, then enough repetitions for
+ * about 0.4 s (5..41; fewer with --quick). */
+typedef void (*bench_fn)(void *ctx);
+static double median_time(bench_fn fn, void *ctx)
+{
+    fn(ctx);
+    double t0 = now();
+    fn(ctx);
+    double est = now() - t0;
+    int reps = est > 0 ? (int)(0.4 / est) : 41;
+    int lo = quick ? 3 : 5, hi = quick ? 9 : 41;
+    reps = reps < lo ? lo : reps > hi ? hi : reps;
+    double t[41];
+    for (int r = 0; r < reps; r++) {
+        t0 = now();
+        fn(ctx);
+        t[r] = now() - t0;
+    }
+    qsort(t, (size_t)reps, sizeof *t, cmp_double);
+    return t[reps / 2];
+}
+
+/* ---- measured FMA peak ------------------------------------------------------ */
+
+__attribute__((target("avx512f"))) static double fma_loop_avx512(long iters)
+{
+    double sink = 0;
+#pragma omp parallel reduction(+ : sink)
+    {
+        __m512 acc[12], m = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-7f);
+        for (int i = 0; i < 12; i++) acc[i] = _mm512_set1_ps((float)i);
+        for (long it = 0; it < iters; it++)
+            for (int i = 0; i < 12; i++) acc[i] = _mm512_fmadd_ps(acc[i], m, c);
+        __m512 s = acc[0];
+        for (int i = 1; i < 12; i++) s = _mm512_add_ps(s, acc[i]);
+        sink += _mm512_reduce_add_ps(s);
+    }
+    return sink;
+}
+
+/* GFLOP/s of 12 independent FMA chains per thread on zmm registers. */
+static double measured_peak(void)
+{
+    if (!__builtin_cpu_supports("avx512f")) return 0;
+    long iters = quick ? 5000000 : 40000000;
+    fma_loop_avx512(iters / 10);
+    double t0 = now();
+    volatile double s = fma_loop_avx512(iters);
+    (void)s;
+    double t = now() - t0;
+    return 2.0 * 16 * 12 * (double)iters * omp_get_max_threads() / t / 1e9;
+}
+
+/* ---- GEMM --------------------------------------------------------------------- */
+
+typedef struct gemm_case {
+    const char *name;
+    int64_t batch, m, n, k;
+    bool ta, tb;
+} gemm_case;
+
+typedef struct gemm_ctx {
+    const gemm_case *c;
+    em_tensor *a, *b;            /* operands as ember sees them (views when transposed) */
+    const float *pa, *pb;        /* the same storage for the direct calls */
+    float *pc;
+} gemm_ctx;
+
+static void run_ember(void *p)
+{
+    gemm_ctx *g = p;
+    EM_SCOPE { em_matmul(g->a, g->b); }
+}
+
+static void run_openblas(void *p)
+{
+    gemm_ctx *g = p;
+    const gemm_case *c = g->c;
+    int lda = (int)(c->ta ? c->m : c->k), ldb = (int)(c->tb ? c->k : c->n);
+    for (int64_t i = 0; i < c->batch; i++)
+        cblas_sgemm(CblasRowMajor, c->ta ? CblasTrans : CblasNoTrans, c->tb ? CblasTrans : CblasNoTrans, (int)c->m,
+                    (int)c->n, (int)c->k, 1.0f, g->pa + i * c->m * c->k, lda, g->pb + i * c->k * c->n, ldb, 0.0f,
+                    g->pc + i * c->m * c->n, (int)c->n);
+}
+
+#if EMBER_HAVE_ONEDNN
+static void run_onednn(void *p)
+{
+    gemm_ctx *g = p;
+    const gemm_case *c = g->c;
+    int64_t lda = c->ta ? c->m : c->k, ldb = c->tb ? c->k : c->n;
+    for (int64_t i = 0; i < c->batch; i++)
+        dnnl_sgemm(c->ta ? 'T' : 'N', c->tb ? 'T' : 'N', c->m, c->n, c->k, 1.0f, g->pa + i * c->m * c->k, lda,
+                   g->pb + i * c->k * c->n, ldb, 0.0f, g->pc + i * c->m * c->n, c->n);
+}
+#endif
+
+/* A [batch, rows, cols] operand, or its last two dims transposed as a view. */
+static em_tensor *operand(int64_t batch, int64_t rows, int64_t cols, bool trans, const float **data)
+{
+    em_tensor *t = batch > 1 ? em_rand(EM_SHAPE(batch, trans ? cols : rows, trans ? rows : cols), EM_F32, EM_CPU)
+                             : em_rand(EM_SHAPE(trans ? cols : rows, trans ? rows : cols), EM_F32, EM_CPU);
+    *data = em_data_ptr(t);
+    return trans ? em_transpose(t, -1, -2) : t;
+}
+
+static void bench_gemm(double peak)
+{
+    static const gemm_case cases[] = {
+        {"square 512", 1, 512, 512, 512, false, false},
+        {"square 1024", 1, 1024, 1024, 1024, false, false},
+        {"square 2048", 1, 2048, 2048, 2048, false, false},
+        {"attn/out fwd x W^T", 1, 1024, 768, 768, false, true},
+        {"attn/out dX = dY W", 1, 1024, 768, 768, false, false},
+        {"attn/out dW = dY^T X", 1, 768, 768, 1024, true, false},
+        {"ffn1 fwd x W^T", 1, 1024, 3072, 768, false, true},
+        {"ffn1 dX = dY W", 1, 1024, 768, 3072, false, false},
+        {"ffn1 dW = dY^T X", 1, 3072, 768, 1024, true, false},
+        {"ffn2 fwd x W^T", 1, 1024, 768, 3072, false, true},
+        {"ffn2 dX = dY W", 1, 1024, 3072, 768, false, false},
+        {"ffn2 dW = dY^T X", 1, 768, 3072, 1024, true, false},
+        {"attn scores QK^T [96]", 96, 128, 128, 64, false, true},
+        {"attn context PV [96]", 96, 128, 64, 128, false, false},
+    };
+    if (csv) {
+        printf("gemm,case,batch,m,n,k,ember,openblas,onednn,lib\n");
+    } else {
+        printf("\nGEMM, f32, GFLOP/s (median)   nominal peak %.0f, measured FMA peak %.0f\n", NOMINAL_PEAK, peak);
+        printf("%-22s %5s %5s %5s %4s | %7s %8s %7s | %6s %6s %6s | %s\n", "case", "m", "n", "k", "bat", "ember",
+               "openblas", "onednn", "e/best", "%418", "%meas", "rule");
+    }
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        const gemm_case *c = &cases[i];
+        if (quick && c->m * c->n * c->k > (int64_t)1100 * 1100 * 1100) continue;
+        double gemm_best = 0, t_e, t_b, t_d = INFINITY;
+        EM_SCOPE {
+            gemm_ctx g = {.c = c};
+            g.a = operand(c->batch, c->m, c->k, c->ta, &g.pa);
+            g.b = operand(c->batch, c->k, c->n, c->tb, &g.pb);
+            g.pc = malloc(sizeof(float) * (size_t)(c->batch * c->m * c->n));
+            memset(g.pc, 0, sizeof(float) * (size_t)(c->batch * c->m * c->n));
+            t_e = median_time(run_ember, &g);
+            t_b = median_time(run_openblas, &g);
+#if EMBER_HAVE_ONEDNN
+            t_d = median_time(run_onednn, &g);
+#endif
+            free(g.pc);
+        }
+        double flop = 2.0 * (double)(c->batch * c->m * c->n * c->k);
+        double ge = flop / t_e / 1e9, gb = flop / t_b / 1e9, gd = flop / t_d / 1e9;
+        gemm_best = gb > gd ? gb : gd;
+        const char *lib = em__gemm_prefers_onednn(c->ta, c->tb, c->m, c->n, c->k) ? "onednn" : "openblas";
+        if (csv)
+            printf("gemm,%s,%lld,%lld,%lld,%lld,%.1f,%.1f,%.1f,%s\n", c->name, (long long)c->batch, (long long)c->m,
+                   (long long)c->n, (long long)c->k, ge, gb, gd, lib);
+        else
+            printf("%-22s %5lld %5lld %5lld %4lld | %7.1f %8.1f %7.1f | %6.2f %5.0f%% %5.0f%% | %s\n", c->name,
+                   (long long)c->m, (long long)c->n, (long long)c->k, (long long)c->batch, ge, gb, gd, ge / gemm_best,
+                   100 * ge / NOMINAL_PEAK, peak > 0 ? 100 * ge / peak : 0.0, lib);
+        fflush(stdout);
+    }
+}
+
+/* ---- memory-bound ops ---------------------------------------------------------- */
+
+#define MEM_N ((int64_t)16 << 20)   /* 16M f32 elements = 64 MiB per tensor */
+
+typedef struct mem_ctx {
+    em_tensor *x, *y, *w, *b;
+    char *src, *dst;
+    int which;
+} mem_ctx;
+
+enum { M_ADD, M_GELU, M_SOFTMAX, M_LAYER_NORM, M_MEMCPY1, M_MEMCPYN };
+
+static void run_mem(void *p)
+{
+    mem_ctx *m = p;
+    size_t nbytes = (size_t)MEM_N * 4;
+    switch (m->which) {
+    case M_ADD: EM_SCOPE { em_add(m->x, m->y); } break;
+    case M_GELU: EM_SCOPE { em_gelu(m->x); } break;
+    case M_SOFTMAX: EM_SCOPE { em_softmax(m->x, -1); } break;
+    case M_LAYER_NORM: EM_SCOPE { em_layer_norm(m->x, m->w, m->b, 1e-12, NULL, NULL); } break;
+    case M_MEMCPY1: memcpy(m->dst, m->src, nbytes); break;
+    case M_MEMCPYN:
+#pragma omp parallel
+        {
+            int nt = omp_get_num_threads(), id = omp_get_thread_num();
+            size_t chunk = (nbytes / (size_t)nt + 63) & ~(size_t)63;
+            size_t lo = chunk * (size_t)id, hi = lo + chunk < nbytes ? lo + chunk : nbytes;
+            if (lo < hi) memcpy(m->dst + lo, m->src + lo, hi - lo);
+        }
+        break;
+    }
+}
+
+static bool have_kernel(em_op op)
+{
+    const em_backend *be = em__backend(EM_DEVICE_CPU);
+    return be && be->kernels[op];
+}
+
+static void bench_memory(void)
+{
+    mem_ctx m = {0};
+    size_t nbytes = (size_t)MEM_N * 4;
+    m.src = aligned_alloc(64, nbytes);
+    m.dst = aligned_alloc(64, nbytes);
+    memset(m.src, 1, nbytes);
+    memset(m.dst, 0, nbytes);
+    m.which = M_MEMCPY1;
+    double bw1 = 2.0 * (double)nbytes / median_time(run_mem, &m) / 1e9;
+    m.which = M_MEMCPYN;
+    double bwn = 2.0 * (double)nbytes / median_time(run_mem, &m) / 1e9;
+    double bw = bw1 > bwn ? bw1 : bwn;
+    free(m.src);
+    free(m.dst);
+    if (csv) {
+        printf("mem,case,elements,bytes,gbps,memcpy_gbps\n");
+        printf("mem,memcpy 1 thread,%lld,%.0f,%.2f,%.2f\n", (long long)MEM_N, 2.0 * (double)nbytes, bw1, bw);
+        printf("mem,memcpy %d threads,%lld,%.0f,%.2f,%.2f\n", omp_get_max_threads(), (long long)MEM_N,
+               2.0 * (double)nbytes, bwn, bw);
+    } else {
+        printf("\nMemory-bound ops, f32, 16M elements, GB/s of bytes read + written (median)\n");
+        printf("%-30s %10s %8s | %7s %7s\n", "op", "elements", "MB", "GB/s", "/memcpy");
+        printf("%-30s %10lld %8.0f | %7.1f %7.2f\n", "memcpy, 1 thread", (long long)MEM_N, 2.0 * nbytes / 1e6, bw1,
+               bw1 / bw);
+        printf("%-30s %10lld %8.0f | %7.1f %7.2f\n", "memcpy, all threads", (long long)MEM_N, 2.0 * nbytes / 1e6,
+               bwn, bwn / bw);
+    }
+    static const struct { const char *name; int which; em_op op; int64_t rows, cols; double bytes_per_elt; } ops[] = {
+        {"em_add (a + b)", M_ADD, EM_OP_ADD, 1, MEM_N, 12},          /* read 2, write 1 */
+        {"em_gelu", M_GELU, EM_OP_GELU, 1, MEM_N, 8},
+        {"em_softmax [16384,1024] dim -1", M_SOFTMAX, EM_OP_SOFTMAX, 16384, 1024, 8},
+        {"em_layer_norm [21845,768]", M_LAYER_NORM, EM_OP_LAYER_NORM, 21845, 768, 8},
+    };
+    for (size_t i = 0; i < sizeof ops / sizeof *ops; i++) {
+        if (!have_kernel(ops[i].op)) {
+            if (csv) printf("mem,%s,,,,\n", ops[i].name);
+            else printf("%-30s   (no CPU kernel in this build)\n", ops[i].name);
+            continue;
+        }
+        double gbps, bytes, n = (double)(ops[i].rows * ops[i].cols);
+        EM_SCOPE {
+            m.which = ops[i].which;
+            m.x = em_rand(EM_SHAPE(ops[i].rows, ops[i].cols), EM_F32, EM_CPU);
+            m.y = em_rand(EM_SHAPE(ops[i].rows, ops[i].cols), EM_F32, EM_CPU);
+            m.w = em_rand(EM_SHAPE(ops[i].cols), EM_F32, EM_CPU);
+            m.b = em_rand(EM_SHAPE(ops[i].cols), EM_F32, EM_CPU);
+            bytes = ops[i].bytes_per_elt * n;
+            gbps = bytes / median_time(run_mem, &m) / 1e9;
+        }
+        if (csv) printf("mem,%s,%.0f,%.0f,%.2f,%.2f\n", ops[i].name, n, bytes, gbps, bw);
+        else printf("%-30s %10.0f %8.0f | %7.1f %7.2f\n", ops[i].name, n, bytes / 1e6, gbps, gbps / bw);
+        fflush(stdout);
+    }
+}
+
+/* ---- main ---------------------------------------------------------------------- */
+
+static void cpu_model(char *buf, size_t cap)
+{
+    snprintf(buf, cap, "unknown");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, "model name", 10) == 0) {
+            char *v = strchr(line, ':');
+            if (v) {
+                v += 1 + strspn(v + 1, " \t");
+                v[strcspn(v, "\n")] = 0;
+                snprintf(buf, cap, "%s", v);
+            }
+            break;
+        }
+    }
+    fclose(f);
+}
+
+int main(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--csv")) csv = true;
+        else if (!strcmp(argv[i], "--quick")) quick = true;
+        else { fprintf(stderr, "usage: bench_ops [--csv] [--quick]\n"); return 2; }
+    }
+    em_set_seed(1);
+    int threads = em_num_threads();   /* sets OpenMP's thread count first */
+    char model[256];
+    cpu_model(model, sizeof model);
+    const char *ct = getenv("OPENBLAS_CORETYPE");
+    double peak = measured_peak();
+    char dnnl_ver[32] = "none";
+#if EMBER_HAVE_ONEDNN
+    const dnnl_version_t *v = dnnl_version();
+    snprintf(dnnl_ver, sizeof dnnl_ver, "%d.%d.%d", v->major, v->minor, v->patch);
+#endif
+    if (csv) {
+        printf("info,cpu,%s\ninfo,threads,%d\ninfo,OPENBLAS_CORETYPE,%s\ninfo,openblas_core,%s\ninfo,onednn,%s\n"
+               "info,measured_peak,%.1f\n", model, threads, ct ? ct : "(unset)", openblas_get_corename(),
+               dnnl_ver, peak);
+    } else {
+        printf("bench_ops: %s, %d threads, OPENBLAS_CORETYPE=%s (OpenBLAS core %s), oneDNN %s\n", model,
+               threads, ct ? ct : "(unset)", openblas_get_corename(), dnnl_ver);
+    }
+    bench_gemm(peak);
+    bench_memory();
+    return 0;
+}

@@ -1,0 +1,165 @@
+#!/usr/bin/env python3
+"""PyTorch peer of bench/ops.c: the same GEMM shapes and memory-bound ops on
+the CPU with 2 threads, timed the same way (median of repetitions after 2
+warmup calls, about 0.4 s per figure).
+
+    python bench/ops_peer.py [--ember BUILD/bench/bench_ops] [--quick]
+
+With --ember, it first runs bench_ops --csv in the same environment
+(OPENBLAS_CORETYPE, OMP_NUM_THREADS as they are) and prints one table with
+ember, PyTorch and ember/PyTorch side by side; without it, PyTorch alone.
+Tested with torch 2.15.0+cu132 (CPU), Python 3.11.
+"""
+import argparse
+import os
+import platform
+import subprocess
+import time
+
+import torch
+
+# name, batch, m, n, k, trans_a, trans_b  (as bench/ops.c)
+GEMM = [
+    ("square 512", 1, 512, 512, 512, False, False),
+    ("square 1024", 1, 1024, 1024, 1024, False, False),
+    ("square 2048", 1, 2048, 2048, 2048, False, False),
+    ("attn/out fwd x W^T", 1, 1024, 768, 768, False, True),
+    ("attn/out dX = dY W", 1, 1024, 768, 768, False, False),
+    ("attn/out dW = dY^T X", 1, 768, 768, 1024, True, False),
+    ("ffn1 fwd x W^T", 1, 1024, 3072, 768, False, True),
+    ("ffn1 dX = dY W", 1, 1024, 768, 3072, False, False),
+    ("ffn1 dW = dY^T X", 1, 3072, 768, 1024, True, False),
+    ("ffn2 fwd x W^T", 1, 1024, 768, 3072, False, True),
+    ("ffn2 dX = dY W", 1, 1024, 3072, 768, False, False),
+    ("ffn2 dW = dY^T X", 1, 768, 3072, 1024, True, False),
+    ("attn scores QK^T [96]", 96, 128, 128, 64, False, True),
+    ("attn context PV [96]", 96, 128, 64, 128, False, False),
+]
+MEM_N = 16 << 20
+
+
+def median_time(fn, quick):
+    fn()
+    t0 = time.perf_counter()
+    fn()
+    est = time.perf_counter() - t0
+    lo, hi = (3, 9) if quick else (5, 41)
+    reps = max(lo, min(hi, int(0.4 / est) if est > 0 else hi))
+    ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    ts.sort()
+    return ts[len(ts) // 2]
+
+
+def operand(batch, rows, cols, trans):
+    shape = (cols, rows) if trans else (rows, cols)
+    t = torch.rand((batch,) + shape if batch > 1 else shape)
+    return t.transpose(-1, -2) if trans else t
+
+
+def torch_gemm(quick):
+    out = {}
+    for name, batch, m, n, k, ta, tb in GEMM:
+        if quick and m * n * k > 1100 ** 3:
+            continue
+        a, b = operand(batch, m, k, ta), operand(batch, k, n, tb)
+        t = median_time(lambda: torch.matmul(a, b), quick)
+        out[name] = 2.0 * batch * m * n * k / t / 1e9
+    return out
+
+
+def torch_memory(quick):
+    src, dst = torch.rand(MEM_N), torch.empty(MEM_N)
+    nbytes = MEM_N * 4
+    res = {"memcpy (copy_)": 2.0 * nbytes / median_time(lambda: dst.copy_(src), quick) / 1e9}
+    x, y = torch.rand(MEM_N), torch.rand(MEM_N)
+    res["em_add (a + b)"] = 12.0 * MEM_N / median_time(lambda: torch.add(x, y), quick) / 1e9
+    res["em_gelu"] = 8.0 * MEM_N / median_time(lambda: torch.nn.functional.gelu(x), quick) / 1e9
+    xs = torch.rand(16384, 1024)
+    res["em_softmax [16384,1024] dim -1"] = 8.0 * xs.numel() / median_time(lambda: torch.softmax(xs, -1), quick) / 1e9
+    xl, w, b = torch.rand(21845, 768), torch.rand(768), torch.rand(768)
+    res["em_layer_norm [21845,768]"] = 8.0 * xl.numel() / median_time(
+        lambda: torch.nn.functional.layer_norm(xl, (768,), w, b, 1e-12), quick) / 1e9
+    return res
+
+
+def run_ember(path, quick):
+    cmd = [path, "--csv"] + (["--quick"] if quick else [])
+    text = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    info, gemm, mem = {}, {}, {}
+    for line in text.splitlines():
+        f = line.split(",")
+        if f[0] == "info":
+            info[f[1]] = ",".join(f[2:])
+        elif f[0] == "gemm" and f[1] != "case":
+            gemm[f[1]] = (float(f[6]), float(f[7]), float(f[8]) if f[8] != "inf" else 0.0, f[9])
+        elif f[0] == "mem" and f[1] != "case" and f[4]:
+            mem[f[1]] = (float(f[4]), float(f[5]))
+    return info, gemm, mem
+
+
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ember", help="path of bench_ops; run it first and compare")
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    torch.set_num_threads(2)
+    ember = run_ember(args.ember, args.quick) if args.ember else None
+    print(f"ops_peer: {cpu_model()}, torch {torch.__version__}, {torch.get_num_threads()} threads, "
+          f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')}, "
+          f"mkldnn={torch.backends.mkldnn.is_available()}, mkl={torch.backends.mkl.is_available()}")
+    if ember:
+        info = ember[0]
+        print(f"bench_ops: {info.get('threads')} threads, OpenBLAS core {info.get('openblas_core')}, "
+              f"oneDNN {info.get('onednn')}, measured FMA peak {info.get('measured_peak')} GFLOP/s")
+    tg = torch_gemm(args.quick)
+    print("\nGEMM, f32, GFLOP/s (median)")
+    if ember:
+        print(f"{'case':<22} | {'ember':>6} {'openblas':>8} {'onednn':>6} {'e/best':>6} {'rule':>8} | "
+              f"{'torch':>6} {'e/torch':>7}")
+        for name, *_ in GEMM:
+            if name not in tg or name not in ember[1]:
+                continue
+            e, ob, od, lib = ember[1][name]
+            print(f"{name:<22} | {e:6.1f} {ob:8.1f} {od:6.1f} {e / max(ob, od):6.2f} {lib:>8} | "
+                  f"{tg[name]:6.1f} {e / tg[name]:7.2f}")
+    else:
+        for name, gf in tg.items():
+            print(f"{name:<22} {gf:7.1f}")
+    tm = torch_memory(args.quick)
+    print("\nMemory-bound ops, f32, 16M elements, GB/s of bytes read + written (median)")
+    if ember:
+        print(f"{'op':<30} | {'ember':>6} {'/memcpy':>7} | {'torch':>6} {'/copy_':>7} | {'e/torch':>7}")
+        mc = tm["memcpy (copy_)"]
+        em_mc = next(iter(ember[2].values()))[1] if ember[2] else float("nan")
+        print(f"{'memcpy (best of 1/all threads)':<30} | {em_mc:6.1f} {1.0:7.2f} | {mc:6.1f} {1.0:7.2f} | "
+              f"{em_mc / mc:7.2f}")
+        for name, gb in tm.items():
+            if name == "memcpy (copy_)":
+                continue
+            if name in ember[2]:
+                e, bw = ember[2][name]
+                print(f"{name:<30} | {e:6.1f} {e / bw:7.2f} | {gb:6.1f} {gb / mc:7.2f} | {e / gb:7.2f}")
+            else:
+                print(f"{name:<30} | {'n/a':>6} {'':>7} | {gb:6.1f} {gb / mc:7.2f} |")
+    else:
+        for name, gb in tm.items():
+            print(f"{name:<30} {gb:7.1f}")
+
+
+if __name__ == "__main__":
+    main()
