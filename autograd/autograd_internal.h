@@ -32,7 +32,7 @@ struct em_node {
     uint32_t saved_version[EM_KARGS_IN + EM_KARGS_OUT];
     bool released;                   /* saved tensors freed after backward       */
     /* Geometry of inputs (n_in rows) and outputs, always kept (cheap). */
-    struct em_geom { int ndim; int64_t shape[EM_MAX_DIMS]; em_dtype dtype; } *in, out[EM_NODE_MAX_OUT];
+    struct em_geom { int ndim; int64_t shape[EM_MAX_DIMS]; em_dtype dtype; em_device device; } *in, out[EM_NODE_MAX_OUT];
     em_device device;
     em_hook_list pre_hooks[EM_NODE_MAX_OUT];   /* em_grad_hook, per output */
     /* AccumulateGrad only */

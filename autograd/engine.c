@@ -145,6 +145,7 @@ static em_node *acc_node(em_tensor *leaf)
         n->out[0].ndim = leaf->ndim;
         memcpy(n->out[0].shape, leaf->shape, sizeof n->out[0].shape);
         n->out[0].dtype = leaf->dtype;
+        n->out[0].device = leaf->device;
         n->device = leaf->device;
         m->acc = n;
     }
@@ -156,6 +157,7 @@ static bool needs_grad(const em_tensor *t) { return t && t->ag && t->ag->require
 static void set_geom(struct em_geom *g, const em_tensor *t)
 {
     if (!t) return;
+    g->device = t->device;
     g->ndim = t->ndim;
     memcpy(g->shape, t->shape, sizeof g->shape);
     g->dtype = t->dtype;
@@ -171,8 +173,12 @@ static em_status record(const em_kargs *k)
     bool any = false;
     for (int i = 0; i < n_in; i++) any |= needs_grad(ins[i]);
     if (!any || !def->differentiable) return EM_OK;
-    if (k->inplace) {
-        em__misuse(def->name, "an in-place op cannot take an input that requires grad; use the out-of-place op");
+    /* In place (em_copy_ into an existing tensor): like PyTorch, the written
+     * tensor takes this node as its history, unless it is a leaf that
+     * requires grad, whose value backward needs. */
+    if (k->inplace && needs_grad(k->out[0]) && !k->out[0]->ag->grad_fn) {
+        em__misuse(def->name, "a leaf tensor that requires grad (shape %s) is used in an in-place op; "
+                   "write into a copy, or do it under EM_NO_GRAD", em__shape_str(k->out[0]));
         return EM_ERR_INVALID;
     }
     const em_rule *r = &em_rules[k->op];
@@ -211,6 +217,7 @@ static em_status record(const em_kargs *k)
         struct em_autograd_meta *m = meta_of(k->out[j]);
         if (!m) goto oom;
         m->requires_grad = true;
+        node_release(m->grad_fn);   /* an in-place op replaces the history */
         m->grad_fn = n;
         m->output_nr = j;
         n->refcount++;

@@ -103,7 +103,7 @@ static void bw_expand(em_node *n, em_tensor *const *g, em_tensor **gin)
  * node's geometry does not keep yet (see the report of issue 3). */
 static void bw_copy(em_node *n, em_tensor *const *g, em_tensor **gin)
 {
-    gin[0] = em_to_dtype(g[0], n->in[0].dtype);
+    gin[0] = em_to_dtype(em_to(g[0], n->in[0].device), n->in[0].dtype);
 }
 
 /* ---- binary: gradients are reduced back to each input's (broadcast) shape ------ */

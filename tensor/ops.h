@@ -20,9 +20,11 @@
 
 struct em_tensor;
 
-#define EM_OP_LIST(X)                                                                    \
-    /* views: no kernel; recorded for autograd */                                        \
-    X(VIEW) X(PERMUTE) X(NARROW) X(SELECT) X(EXPAND)                                     \
+#define EM_OP_LIST(X) EM_VIEW_OP_LIST(X) EM_KERNEL_OP_LIST(X)
+/* views: no kernel; recorded for autograd */
+#define EM_VIEW_OP_LIST(X) X(VIEW) X(PERMUTE) X(NARROW) X(SELECT) X(EXPAND)
+/* every other op has a kernel on every backend */
+#define EM_KERNEL_OP_LIST(X)                                                             \
     /* creation: out[0]; FILL f[0]=value; ARANGE f[0]=start f[1]=step; EYE (2-d) */     \
     X(FILL) X(ARANGE) X(EYE)                                                             \
     /* COPY: in[0] -> out[0], same shape, any layouts and dtypes (out may be strided) */ \

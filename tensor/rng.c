@@ -38,11 +38,14 @@
 #include <pthread.h>
 #include <string.h>
 
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
 /* ---- Philox4x32-10 ---------------------------------------------------------- */
 
 /* The full function: 128-bit counter, 64-bit key. Non-static so the tests can
  * check the Random123 known-answer vectors. */
-void em__philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
 
 void em__philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4])
 {
@@ -71,6 +74,58 @@ void em__philox(uint64_t seed, uint64_t counter, uint32_t out[4])
     em__philox4x32_10(ctr, key, out);
 }
 
+/* PHILOX_BATCH consecutive blocks: x[j] = em__philox(seed, first + j). With
+ * AVX-512 the 16 blocks run in parallel lanes (same arithmetic, same bits). */
+#define PHILOX_BATCH 16
+
+#if defined(__AVX512F__)
+/* hi and lo 32 bits of a * m for 16 unsigned 32-bit lanes */
+static inline void mulhilo16(__m512i a, __m512i m, __m512i *hi, __m512i *lo)
+{
+    __m512i pe = _mm512_mul_epu32(a, m);                          /* even lanes, 64-bit */
+    __m512i po = _mm512_mul_epu32(_mm512_srli_epi64(a, 32), m);   /* odd lanes */
+    *lo = _mm512_mask_blend_epi32(0xAAAA, pe, _mm512_slli_epi64(po, 32));
+    *hi = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(pe, 32), po);
+}
+#endif
+
+static void philox_batch(uint64_t seed, uint64_t first, uint32_t x[PHILOX_BATCH][4])
+{
+#if defined(__AVX512F__)
+    uint32_t lo[16], hi[16];
+    for (int j = 0; j < 16; j++) {
+        lo[j] = (uint32_t)(first + (uint64_t)j);
+        hi[j] = (uint32_t)((first + (uint64_t)j) >> 32);
+    }
+    __m512i c0 = _mm512_loadu_si512(lo), c1 = _mm512_loadu_si512(hi);
+    __m512i c2 = _mm512_setzero_si512(), c3 = _mm512_setzero_si512();
+    const __m512i m0 = _mm512_set1_epi32((int)0xD2511F53u), m1 = _mm512_set1_epi32((int)0xCD9E8D57u);
+    uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+    for (int r = 0; r < 10; r++) {
+        if (r) {
+            k0 += 0x9E3779B9u;
+            k1 += 0xBB67AE85u;
+        }
+        __m512i h0, l0, h1, l1;
+        mulhilo16(c0, m0, &h0, &l0);
+        mulhilo16(c2, m1, &h1, &l1);
+        c0 = _mm512_xor_si512(_mm512_xor_si512(h1, c1), _mm512_set1_epi32((int)k0));
+        c1 = l1;
+        c2 = _mm512_xor_si512(_mm512_xor_si512(h0, c3), _mm512_set1_epi32((int)k1));
+        c3 = l0;
+    }
+    uint32_t o[4][16];
+    _mm512_storeu_si512(o[0], c0);
+    _mm512_storeu_si512(o[1], c1);
+    _mm512_storeu_si512(o[2], c2);
+    _mm512_storeu_si512(o[3], c3);
+    for (int j = 0; j < 16; j++)
+        for (int l = 0; l < 4; l++) x[j][l] = o[l][j];
+#else
+    for (int j = 0; j < PHILOX_BATCH; j++) em__philox(seed, first + (uint64_t)j, x[j]);
+#endif
+}
+
 /* ---- kernels ------------------------------------------------------------------- */
 
 /* Blocks per thread below which a draw stays on the calling thread. */
@@ -89,6 +144,7 @@ typedef struct rand_ctx {
     float lowf, rangef, highf;
 } rand_ctx;
 
+/* f64, f16, bf16 (f32 is inlined in em_cpu_RAND). */
 static inline void rand_store(char *p, const rand_ctx *c, uint32_t x)
 {
     float u = em__u32_to_unit(x);
@@ -97,12 +153,6 @@ static inline void rand_store(char *p, const rand_ctx *c, uint32_t x)
         double v = fma(c->high - c->low, (double)u, c->low);
         if (v >= c->high && c->high > c->low) v = nextafter(c->high, -INFINITY);
         memcpy(p, &v, 8);
-        break;
-    }
-    case EM_F32: {
-        float v = fmaf(c->rangef, u, c->lowf);
-        if (v >= c->highf && c->highf > c->lowf) v = nextafterf(c->highf, -INFINITY);
-        memcpy(p, &v, 4);
         break;
     }
     default: {   /* f16, bf16: computed in f32, rounded once to the format */
@@ -126,12 +176,21 @@ int em_cpu_RAND(const em_kargs *k)
     int64_t n = em_numel(t), nblk = (n + 3) / 4;
     size_t es = em_dtype_size(t->dtype);
     char *base = em_data_ptr(t);
+    int64_t nbat = (nblk + PHILOX_BATCH - 1) / PHILOX_BATCH;
     #pragma omp parallel for schedule(static) if (nblk > RNG_GRAIN)
-    for (int64_t b = 0; b < nblk; b++) {
-        uint32_t x[4];
-        em__philox(seed, off + (uint64_t)b, x);
-        int64_t e0 = 4 * b, m = n - e0 < 4 ? n - e0 : 4;
-        for (int64_t l = 0; l < m; l++) rand_store(base + (size_t)(e0 + l) * es, &c, x[l]);
+    for (int64_t g = 0; g < nbat; g++) {
+        uint32_t x[PHILOX_BATCH][4];
+        philox_batch(seed, off + (uint64_t)(g * PHILOX_BATCH), x);
+        int64_t e0 = 4 * PHILOX_BATCH * g, m = n - e0 < 4 * PHILOX_BATCH ? n - e0 : 4 * PHILOX_BATCH;
+        if (c.dt == EM_F32) {   /* the hot case, without the per-element dtype switch */
+            float *o = (float *)base + e0;
+            for (int64_t l = 0; l < m; l++) {
+                float v = fmaf(c.rangef, em__u32_to_unit(x[l / 4][l % 4]), c.lowf);
+                o[l] = v >= c.highf && c.highf > c.lowf ? nextafterf(c.highf, -INFINITY) : v;
+            }
+        } else {
+            for (int64_t l = 0; l < m; l++) rand_store(base + (size_t)(e0 + l) * es, &c, x[l / 4][l % 4]);
+        }
     }
     return EM_OK;
 }
@@ -155,14 +214,17 @@ int em_cpu_RANDN(const em_kargs *k)
     int64_t n = em_numel(t), nblk = (n + 3) / 4;
     size_t es = em_dtype_size(dt);
     char *base = em_data_ptr(t);
+    int64_t nbat = (nblk + PHILOX_BATCH - 1) / PHILOX_BATCH;
     #pragma omp parallel for schedule(static) if (nblk > RNG_GRAIN / 8)
-    for (int64_t b = 0; b < nblk; b++) {
-        uint32_t x[4];
-        double z[4];
-        em__philox(seed, off + (uint64_t)b, x);
-        box_muller(x[0], x[1], &z[0], &z[1]);
-        box_muller(x[2], x[3], &z[2], &z[3]);
-        int64_t e0 = 4 * b, m = n - e0 < 4 ? n - e0 : 4;
+    for (int64_t g = 0; g < nbat; g++) {
+        uint32_t x[PHILOX_BATCH][4];
+        double z[4 * PHILOX_BATCH];
+        philox_batch(seed, off + (uint64_t)(g * PHILOX_BATCH), x);
+        int64_t e0 = 4 * PHILOX_BATCH * g, m = n - e0 < 4 * PHILOX_BATCH ? n - e0 : 4 * PHILOX_BATCH;
+        for (int64_t j = 0; j < (m + 3) / 4; j++) {
+            box_muller(x[j][0], x[j][1], &z[4 * j], &z[4 * j + 1]);
+            box_muller(x[j][2], x[j][3], &z[4 * j + 2], &z[4 * j + 3]);
+        }
         if (dt == EM_F32) {
             float *o = (float *)base + e0;
             for (int64_t l = 0; l < m; l++) o[l] = (float)(mean + std * z[l]);
@@ -180,12 +242,13 @@ int em_cpu_BERNOULLI(const em_kargs *k)
     double p = k->f[0];
     int64_t n = em_numel(t), nblk = (n + 3) / 4;
     uint8_t *o = em_data_ptr(t);
+    int64_t nbat = (nblk + PHILOX_BATCH - 1) / PHILOX_BATCH;
     #pragma omp parallel for schedule(static) if (nblk > RNG_GRAIN)
-    for (int64_t b = 0; b < nblk; b++) {
-        uint32_t x[4];
-        em__philox(seed, off + (uint64_t)b, x);
-        int64_t e0 = 4 * b, m = n - e0 < 4 ? n - e0 : 4;
-        for (int64_t l = 0; l < m; l++) o[e0 + l] = (double)em__u32_to_unit(x[l]) < p;
+    for (int64_t g = 0; g < nbat; g++) {
+        uint32_t x[PHILOX_BATCH][4];
+        philox_batch(seed, off + (uint64_t)(g * PHILOX_BATCH), x);
+        int64_t e0 = 4 * PHILOX_BATCH * g, m = n - e0 < 4 * PHILOX_BATCH ? n - e0 : 4 * PHILOX_BATCH;
+        for (int64_t l = 0; l < m; l++) o[e0 + l] = (double)em__u32_to_unit(x[l / 4][l % 4]) < p;
     }
     return EM_OK;
 }

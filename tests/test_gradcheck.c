@@ -329,6 +329,7 @@ START_TEST(gradcheck_every_op)
     ck_assert_msg(def->differentiable == (rule->backward != NULL), "op %s: differentiable is %d but it %s a rule",
                   def->name, def->differentiable, rule->backward ? "has" : "lacks");
     int found = 0;
+    int64_t live = tu_live_bytes();
     for (int c = 0; c < N_CASES; c++) {
         if (cases[c].op != op) continue;
         found++;
@@ -344,6 +345,8 @@ START_TEST(gradcheck_every_op)
             ck_assert_msg(ok, "op %s, case \"%s\": gradcheck failed: %s", def->name, cases[c].label, report);
         }
     }
+    ck_assert_msg(tu_live_bytes() == live, "op %s: %lld bytes still live after its cases' scopes closed", def->name,
+                  (long long)(tu_live_bytes() - live));
     ck_assert_msg(!def->differentiable || found > 0, "op %s is differentiable but has no gradcheck case",
                   def->name);
 }

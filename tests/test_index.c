@@ -34,9 +34,11 @@ static void assert_shape(const em_tensor *t, int nd, const int64_t *shape)
 static void assert_values(em_tensor *t, const double *want, int64_t n)
 {
     double *got = tu_to_doubles(t);
-    for (int64_t i = 0; i < n; i++)
-        ck_assert_msg(got[i] == want[i] || (isnan(got[i]) && isnan(want[i])), "element %lld: got %g want %g",
-                      (long long)i, got[i], want[i]);
+    int64_t bad = -1;   /* one ck_assert per tensor: Check logs every assertion */
+    for (int64_t i = 0; i < n && bad < 0; i++)
+        if (!(got[i] == want[i] || (isnan(got[i]) && isnan(want[i])))) bad = i;
+    ck_assert_msg(bad < 0, "element %lld: got %g want %g", (long long)bad, bad < 0 ? 0 : got[bad],
+                  bad < 0 ? 0 : want[bad]);
     free(got);
 }
 
@@ -74,10 +76,10 @@ static void check_cat(int n, em_tensor **ts, int dim)
     assert_shape(out, nd, shape);
     int64_t total = em_numel(out);
     double *want = malloc(sizeof(double) * (size_t)(total + 1));
-    double *src[8];
+    double *src[8] = {0};
     for (int i = 0; i < n; i++) src[i] = tu_to_doubles(ts[i]);
     for (int64_t e = 0; e < total; e++) {
-        int64_t pos[EM_MAX_DIMS];
+        int64_t pos[EM_MAX_DIMS] = {0};
         unravel(e, nd, shape, pos);
         int i = 0;
         while (pos[d] >= ts[i]->shape[d]) pos[d] -= ts[i++]->shape[d];
@@ -282,7 +284,9 @@ static void check_scatter_add(em_tensor *self, int dim, em_tensor *index, em_ten
     tu_assert_close(got, want, m, rtol, rtol);
     /* self is untouched */
     double *after = tu_to_doubles(self);
-    for (int64_t i = 0; i < m; i++) ck_assert(after[i] == before[i] || (isnan(after[i]) && isnan(before[i])));
+    int64_t changed = 0;
+    for (int64_t i = 0; i < m; i++) changed += !(after[i] == before[i] || (isnan(after[i]) && isnan(before[i])));
+    ck_assert_int_eq(changed, 0);
     free(before);
     free(after);
     free(want);

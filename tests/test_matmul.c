@@ -332,7 +332,7 @@ END_TEST
 
 START_TEST(test_null_propagates)
 {
-    ck_assert_ptr_null(em_matmul(NULL, em_zeros(EM_SHAPE(3), EM_F32, EM_CPU)));
+    EM_SCOPE { ck_assert_ptr_null(em_matmul(NULL, em_zeros(EM_SHAPE(3), EM_F32, EM_CPU))); }
 }
 END_TEST
 

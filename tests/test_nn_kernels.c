@@ -158,14 +158,14 @@ END_TEST
  * across threads (the big-row path), including a first half that is all -inf. */
 START_TEST(test_softmax_last_dim_lengths)
 {
-    const int64_t lens[] = {1, 15, 16, 17, 1000, 200003};
+    const int64_t lens[] = {1, 15, 16, 17, 1000, 70001};
     em_set_num_threads(2);
     for (size_t li = 0; li < sizeof lens / sizeof *lens; li++)
         for (int lg = 0; lg < 2; lg++) EM_SCOPE {
                 int64_t shape[2] = {2, lens[li]}, n = 2 * lens[li];
                 double *xr, *yr = malloc(sizeof(double) * (size_t)n);
                 em_tensor *x = rnd(2, shape, EM_F32, -20, 20, 5 + li, &xr);
-                if (lens[li] > 100000)
+                if (lens[li] > 65536)
                     for (int64_t j = 0; j < lens[li] / 2 + 7; j++) {
                         em_set(x, (int64_t[]){0, j}, -INFINITY);
                         xr[j] = -INFINITY;
@@ -457,7 +457,7 @@ END_TEST
 START_TEST(test_layer_norm_backward_deterministic)
 {
     for (int di = 0; di < 2; di++) EM_SCOPE {
-        const int64_t shape[2] = {4099, 64}, D = 64;
+        const int64_t shape[2] = {1031, 64}, D = 64;
         em_dtype dt = FLOATS[di];
         double *xr, *gr, *wr;
         em_tensor *x = rnd(2, shape, dt, -2, 2, 101, &xr);
@@ -476,7 +476,7 @@ START_TEST(test_layer_norm_backward_deterministic)
             ck_assert(bytes_equal(dx[0], dx[t]));
         }
         double dbr[64] = {0};
-        for (int64_t r = 0; r < 4099; r++)
+        for (int64_t r = 0; r < 1031; r++)
             for (int j = 0; j < 64; j++) dbr[j] += gr[r * 64 + j];
         expect_close(db[0], dbr, 1e-6, 1e-5, "layer_norm db over many rows");
         free(xr), free(gr), free(wr);
@@ -544,7 +544,7 @@ END_TEST
 START_TEST(test_embedding_backward_deterministic)
 {
     EM_SCOPE {
-        const int64_t N = 20000, V = 50, D = 64;
+        const int64_t N = 5000, V = 50, D = 64;
         int64_t *iv = malloc(sizeof(int64_t) * N);
         uint64_t st = 7;
         for (int64_t n = 0; n < N; n++) iv[n] = (int64_t)(tu_next(&st) % V);
@@ -599,20 +599,21 @@ START_TEST(test_dropout_statistics)
         const uint8_t *m = em_data_ptr(mask);
         const float *yv = em_data_ptr(y);
         float scaled = (float)(1.5 * (float)(1.0 / (1.0 - p)));
-        int64_t kept = 0;
+        int64_t kept = 0, wrong = 0;   /* counted, not asserted per element: ck_assert is slow */
         for (int64_t i = 0; i < n; i++) {
             kept += m[i];
-            ck_assert_msg(m[i] ? yv[i] == scaled : yv[i] == 0.0f, "y[%lld] = %g with mask %d", (long long)i,
-                          yv[i], m[i]);
+            wrong += m[i] ? yv[i] != scaled : yv[i] != 0.0f;
         }
+        ck_assert_msg(wrong == 0, "%lld elements of y disagree with the mask", (long long)wrong);
         double frac = (double)kept / (double)n, sigma = sqrt(p * (1 - p) / (double)n);
         ck_assert_msg(fabs(frac - (1 - p)) < 4 * sigma, "kept fraction %g, expected %g +- %g", frac, 1 - p, 4 * sigma);
         /* the contract: element e uses counter offset + e/4, lane e%4, keep iff u >= p */
         for (int64_t e = 0; e < 4096; e++) {
             uint32_t r[4];
             em__philox(1234, 99 + (uint64_t)(e / 4), r);
-            ck_assert_int_eq(m[e], (double)em__u32_to_unit(r[e % 4]) >= p);
+            wrong += m[e] != ((double)em__u32_to_unit(r[e % 4]) >= p);
         }
+        ck_assert_msg(wrong == 0, "%lld mask elements break the Philox counter/lane contract", (long long)wrong);
     }
 }
 END_TEST

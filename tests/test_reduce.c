@@ -174,9 +174,11 @@ static void check_one(int op, em_tensor *x, int mask, double param, bool keepdim
         ck_assert_int_eq(idx->dtype, EM_I64);
         ck_assert_int_eq(idx->ndim, r->ndim);
         double *gi = tu_to_doubles(idx);
-        for (int64_t o = 0; o < nout; o++)
-            ck_assert_msg(gi[o] == (double)ridx[o], "%s index %lld: got %g want %lld", op_names[op], (long long)o,
-                          gi[o], (long long)ridx[o]);
+        int64_t bad = -1;   /* one ck_assert per tensor: Check logs every assertion */
+        for (int64_t o = 0; o < nout && bad < 0; o++)
+            if (gi[o] != (double)ridx[o]) bad = o;
+        ck_assert_msg(bad < 0, "%s index %lld: got %g want %lld", op_names[op], (long long)bad,
+                      bad < 0 ? 0 : gi[bad], bad < 0 ? 0LL : (long long)ridx[bad]);
         free(gi);
     }
     free(got);

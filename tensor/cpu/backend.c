@@ -22,7 +22,7 @@ const em_backend em__cpu_backend = {
     .synchronize = cpu_sync,
     .kernels = {
 #define EM_CPU_SLOT(name) [EM_OP_##name] = em_cpu_##name,
-        EM_OP_LIST(EM_CPU_SLOT)
+        EM_KERNEL_OP_LIST(EM_CPU_SLOT)
 #undef EM_CPU_SLOT
     },
 };

@@ -1,5 +1,6 @@
 /* ember — the CPU backend's kernels: em_cpu_<OP> implements EM_OP_<OP>
- * (contract in tensor/ops.h). Files: k_elementwise.c (creation, copy, binary,
+ * (contract in tensor/ops.h);
+ * views have no kernel. Files: k_elementwise.c (creation, copy, binary,
  * unary, where), k_reduce.c, k_matmul.c + gemm.c, k_nn.c (softmax, layer_norm,
  * embedding, dropout, cross_entropy), k_index.c (cat, index_select, gather,
  * scatter_add), ../rng.c (random). */
@@ -8,8 +9,8 @@
 
 #include "tensor/tensor_internal.h"
 
-#define EM_CPU_DECL(name) int em_cpu_##name(const em_kargs *k) __attribute__((weak));
-EM_OP_LIST(EM_CPU_DECL)
+#define EM_CPU_DECL(name) int em_cpu_##name(const em_kargs *k);
+EM_KERNEL_OP_LIST(EM_CPU_DECL)
 #undef EM_CPU_DECL
 
 /* Internal GEMM interface (gemm.c): C[m,n] = alpha * op(A) op(B) + beta * C,

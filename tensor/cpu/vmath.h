@@ -38,7 +38,9 @@ static inline float em__expf2(float a, float b)
 {
     const float log2e = 1.44269504089f, ln2_hi = 0.693145751953125f, ln2_lo = 1.428606765330187e-06f;
     float x = a + b;
-    float xc = fminf(fmaxf(x, -104.0f), 89.0f);
+    /* clamp with selects (fminf/fmaxf do not vectorize); NaN becomes -104 here */
+    float xc = x > -104.0f ? x : -104.0f;
+    xc = xc < 89.0f ? xc : 89.0f;
     /* n = round(xc / ln2) by the 1.5*2^23 trick (exact for |n| < 2^22). */
     float n = (xc * log2e + 12582912.0f) - 12582912.0f;
     float r = EM__FMAF(-n, ln2_hi, a);   /* exact: ln2_hi has 15 significant bits */
@@ -93,7 +95,8 @@ static inline float em__sigmoidf(float x)
  * keeps full relative accuracy for large |x|. */
 static inline float em__gelu_erff(float x)
 {
-    float z = fminf(fabsf(x) * 0.707106781f, 10.5f);   /* fminf maps NaN to 10.5; h below stays NaN */
+    float z = fabsf(x) * 0.707106781f;
+    z = z < 10.5f ? z : 10.5f;   /* NaN becomes 10.5 here; h below stays NaN */
     float t = 2.0f / (2.0f + z);
     float s = (t - 0.58f) * 2.380952381f;
     float q = -2.394732837e-05f;
