@@ -5,5 +5,7 @@
 
 #include "tensor/tensor.h"
 #include "autograd/autograd.h"
+#include "nn/nn.h"
+#include "data/data.h"
 
 #endif

@@ -131,6 +131,252 @@ typedef struct em_decode_opts {
 em_status em_tokenizer_decode(const em_tokenizer *tok, const int32_t *ids, int n, const em_decode_opts *opts,
                               char **text);
 
+/* ---- datasets and readers --------------------------------------------------
+ * A table holds the rows of a text file, every field a NUL-terminated UTF-8
+ * string owned by the table. The readers load the whole file, refuse invalid
+ * UTF-8 and NUL bytes, skip a UTF-8 BOM and empty lines (as pandas does), and
+ * on failure return an em_status with *out NULL and a message
+ * "path:line:column: what", where line is the 1-based physical line of the
+ * file and column the 1-based BYTE column within that line, e.g.
+ *   "sst2/train.tsv:17:52: expected 2 fields, found 3"
+ * (for too many fields the column is the delimiter that starts the first extra
+ * one; for too few, the end of the line). JSONL field errors name path:line
+ * only. Statuses: EM_ERR_NOT_FOUND (no such file, a missing JSONL field),
+ * EM_ERR_IO, EM_ERR_FORMAT (everything malformed), EM_ERR_OOM. */
+typedef struct em_table em_table;
+
+typedef struct em_table_opts {
+    char delimiter;   /* 0 -> '\t' for em_table_read_tsv, ',' for em_table_read_csv        */
+    bool no_header;   /* false (default): the first line names the columns; true: none,
+                       * and the columns are named "0", "1", ...                           */
+} em_table_opts;
+
+/* GLUE TSV: fields separated by the delimiter, no quoting at all (a '"' is an
+ * ordinary character, as in GLUE's files). Lines end at LF, CRLF or CR. Every
+ * row must have as many fields as the header. opts may be NULL. */
+em_status em_table_read_tsv(const char *path, const em_table_opts *opts, em_table **out);
+/* RFC 4180 CSV: a field that starts with '"' is quoted and may hold the
+ * delimiter, line breaks (kept verbatim) and doubled quotes ("" -> ");
+ * after its closing quote must come the delimiter or the end of the line.
+ * A '"' inside an unquoted field is literal (as Python's csv). An unterminated
+ * quote is reported at the line and column where it opened. */
+em_status em_table_read_csv(const char *path, const em_table_opts *opts, em_table **out);
+/* JSON Lines: one JSON object per LF-terminated line (blank lines skipped).
+ * The named fields become the columns, in that order (fields NULL and nfields
+ * 0: the keys of the first object). A string is taken as is; a number becomes
+ * its text (integers below 2^53 without a fraction: 1.0 -> "1", others in the
+ * shortest form that reads back exactly); a boolean becomes "true"/"false".
+ * A missing field (EM_ERR_NOT_FOUND), null, an object or an array
+ * (EM_ERR_FORMAT) fail with path:line. With duplicate keys the last one
+ * counts (as Python's json). Other keys are ignored. */
+em_status em_table_read_jsonl(const char *path, const char *const *fields, int nfields, em_table **out);
+void em_table_free(em_table *t);   /* NULL is ok */
+
+int64_t em_table_rows(const em_table *t);   /* data rows (the header is not one)       */
+int em_table_cols(const em_table *t);
+/* The index of the first column called name, or -1. */
+int em_table_col(const em_table *t, const char *name);
+const char *em_table_col_name(const em_table *t, int col);
+/* The cell (row, col), owned by the table; misuse when out of range. */
+const char *em_table_get(const em_table *t, int64_t row, int col);
+/* The path given to the reader, and the physical line where a row starts (for messages). */
+const char *em_table_path(const em_table *t);
+int64_t em_table_line(const em_table *t, int64_t row);
+
+/* ---- the dataset interface that the DataLoader consumes ----
+ * A dataset is any struct that starts with `em_dataset`; ops->get fills an
+ * em_sample whose pointers stay valid while the dataset lives. get must be
+ * safe to call from several threads at once. */
+typedef struct em_sample {
+    const int32_t *ids;        /* token ids                                  */
+    const int32_t *type_ids;   /* segment ids (0: first text, 1: second)     */
+    int32_t len;
+    int64_t label;             /* -1: unlabeled                              */
+} em_sample;
+
+typedef struct em_dataset em_dataset;
+typedef struct em_dataset_ops {
+    int64_t (*len)(const em_dataset *ds);
+    em_status (*get)(const em_dataset *ds, int64_t index, em_sample *out);
+    void (*free)(em_dataset *ds);
+} em_dataset_ops;
+struct em_dataset { const em_dataset_ops *ops; };
+
+static inline int64_t em_dataset_len(const em_dataset *ds) { return ds->ops->len(ds); }
+/* ds->ops->get after a bounds check: an index outside [0, len) is misuse. */
+em_status em_dataset_get(const em_dataset *ds, int64_t index, em_sample *out);
+void em_dataset_free(em_dataset *ds);   /* ds->ops->free; NULL is ok */
+
+/* ---- the tokenized in-memory dataset ----
+ * Every row of a table encoded once, up front, with [CLS]/[SEP] and
+ * truncation to max_length, on num_threads threads; the result is identical
+ * (id for id) to em_tokenizer_encode(_pair) row by row, whatever the thread
+ * count. The dataset copies what it needs: the table and the tokenizer may be
+ * freed afterwards. */
+typedef struct em_tokenized_opts {
+    const char *text_a;                /* column of the (first) text; required              */
+    const char *text_b;                /* column of the second text; NULL: single sentences */
+    const char *label;                 /* label column; NULL: unlabeled (label -1)          */
+    /* NULL-terminated list: the label string at position i has id i (exact,
+     * case-sensitive match). NULL: labels are decimal integers (surrounding
+     * spaces allowed, e.g. "1", "-1"). */
+    const char *const *label_names;
+    int max_length;                    /* 0 -> 512                                          */
+    int num_threads;                   /* 0 -> em_num_threads()                             */
+} em_tokenized_opts;
+
+/* Fails (*out NULL) with EM_ERR_NOT_FOUND when a named column is absent
+ * ("path: no column \"label\" (the columns are: sentence, idx)"), with
+ * EM_ERR_INVALID "path:line: label \"pos\" is not one of the label names (...)",
+ * EM_ERR_FORMAT "path:line: label \"x\" is not an integer", or with the
+ * tokenizer's error prefixed by "path:line: column \"sentence\": ".
+ * max_length below the number of special tokens is EM_ERR_INVALID.
+ * Free with em_dataset_free. */
+em_status em_tokenized_dataset_new(const em_table *t, const em_tokenizer *tok, const em_tokenized_opts *opts,
+                                   em_dataset **out);
+
+/* ---- collate and DataLoader -----------------------------------------------
+ * A batch is a struct of named i64 tensors, padded on the right to the longest
+ * sequence of the batch (as transformers' DataCollatorWithPadding). Its
+ * tensors belong to the caller's current scope like any op result; outside
+ * any scope the caller owns them and releases them with em_batch_release. */
+typedef struct em_batch {
+    em_tensor *input_ids;        /* i64 [n, len]; pad_id after each sequence           */
+    em_tensor *attention_mask;   /* i64 [n, len]: 1 on tokens, 0 on padding            */
+    em_tensor *token_type_ids;   /* i64 [n, len]: the sample's type ids (0 if absent), 0 on padding */
+    em_tensor *labels;           /* i64 [n]                                            */
+    int64_t n;                   /* rows                                               */
+    int64_t len;                 /* padded length: longest sequence, rounded up to pad_to_multiple_of */
+} em_batch;
+
+typedef struct em_collate_opts {
+    int64_t pad_to_multiple_of;   /* 0 or 1: no rounding                          */
+    int64_t pad_id;               /* id written into input_ids padding; default 0 */
+} em_collate_opts;
+
+/* Pads n samples (n >= 0; a sample's type_ids may be NULL) into *out. opts may
+ * be NULL. On failure (OOM) *out is zeroed and nothing is left allocated. */
+em_status em_collate(const em_sample *samples, int64_t n, const em_collate_opts *opts, em_batch *out);
+/* Releases the four tensors (for batches owned outside any scope) and zeroes *b. */
+void em_batch_release(em_batch *b);
+
+/* DataLoader options; zero is the default, as torch's DataLoader prepared by
+ * Accelerate. Sharding follows Accelerate's BatchSamplerShard exactly (see
+ * em_batch_schedule_make); with num_processes 1 the loader is a plain one. */
+typedef struct em_dataloader_opts {
+    /* Samples per batch (0 -> 1). Without split_batches it is the batch of ONE
+     * process (the global batch is batch_size * num_processes); with
+     * split_batches it is the global batch, and each rank gets
+     * batch_size / num_processes rows of it. */
+    int64_t batch_size;
+    bool shuffle;             /* a permutation of (seed, epoch), the same on every rank   */
+    uint64_t seed;            /* 0 -> em_get_seed() when the loader is made               */
+    bool drop_last;           /* drop the incomplete last batch (and round)               */
+    int num_workers;          /* prefetch threads; 0 loads in the caller's thread         */
+    int prefetch_factor;      /* batches in flight per worker; 0 -> 2                     */
+    int64_t pad_to_multiple_of, pad_id;   /* as em_collate_opts                       */
+    int num_processes;        /* world size; 0 -> 1                                       */
+    int process_index;        /* this rank, in [0, num_processes)                         */
+    bool split_batches;       /* slice each global batch across ranks                     */
+    em_tok_flag even_batches; /* default ON: loop back to the epoch's start so every rank has the same batches */
+} em_dataloader_opts;
+
+/* ---- the batch schedule (sampler + batch sampler + BatchSamplerShard) -----
+ * The dataset indices that rank process_index gets in epoch `epoch`, batch by
+ * batch. The epoch's order is 0..N-1, or with shuffle the permutation
+ * em_randperm(N, seed, epoch << 40) (Philox keyed by seed; the same on every
+ * rank, so no broadcast is needed). It is cut into batches of batch_size
+ * (the last one shorter, or dropped with drop_last). Then, when
+ * num_processes P > 1, exactly as Accelerate's BatchSamplerShard:
+ *   - no split_batches: batch k goes to rank k % P; a round of P batches is
+ *     dealt only when its last batch is full. With drop_last an incomplete
+ *     round is dropped. Otherwise, with even_batches, the incomplete batch is
+ *     completed and further batches are dealt until every rank has the same
+ *     count, taking indices cyclically from the start of the epoch's order
+ *     (its first P batches); without even_batches the ranks that hold a batch
+ *     of the incomplete round get it as is (lengths then differ by rank).
+ *   - split_batches: batch_size must be a multiple of P (else EM_ERR_INVALID);
+ *     every full global batch is sliced, rank r taking rows
+ *     [r*bs/P, (r+1)*bs/P). An incomplete last batch is completed from the
+ *     epoch's first batch with even_batches; without it each rank takes what
+ *     is left of its slice, if anything (ranks beyond the end get no batch).
+ * Counts are exact: n_batches is what the rank iterates (where Accelerate's
+ * __len__ over-counts, with split_batches and even_batches off, ember does not).
+ * The arrays belong to the schedule: free it with em_batch_schedule_free. */
+typedef struct em_batch_schedule {
+    int64_t n_batches;
+    int64_t *offsets;   /* n_batches + 1 entries: batch k is indices[offsets[k] .. offsets[k+1]) */
+    int64_t *indices;   /* dataset indices                                                     */
+} em_batch_schedule;
+/* EM_ERR_INVALID (message says why) on impossible options: batch_size < 0,
+ * process_index outside [0, num_processes), split_batches with batch_size not
+ * a multiple of num_processes, a negative epoch. On failure *out is zeroed. */
+em_status em_batch_schedule_make(int64_t dataset_len, const em_dataloader_opts *opts, int64_t epoch,
+                                 em_batch_schedule *out);
+void em_batch_schedule_free(em_batch_schedule *s);   /* zeroes *s; NULL is ok */
+
+/* ---- the DataLoader ---------------------------------------------------------
+ * Iterates the batch schedule of the current epoch, collating each batch from
+ * the dataset. Batches come strictly in schedule order whatever num_workers;
+ * workers only load ahead (up to num_workers * prefetch_factor batches), and
+ * the tensors they make are handed to the caller's current scope by
+ * em_dataloader_next. With workers the dataset's get is called from several
+ * threads at once, and a sample's arrays must stay valid until the batch that
+ * holds it is collated (true of in-memory datasets).
+ *
+ *     em_dataloader *dl;
+ *     em_dataloader_new(ds, &(em_dataloader_opts){ .batch_size = 32, .shuffle = true }, &dl);
+ *     for (int epoch = 0; epoch < 3; epoch++) {
+ *         em_batch b;
+ *         while (em_dataloader_next(dl, &b)) EM_SCOPE { ... }   // b's tensors: caller's scope
+ *     }
+ */
+typedef struct em_dataloader em_dataloader;
+
+/* ds must outlive the loader. EM_ERR_INVALID on impossible options (as
+ * em_batch_schedule_make; also num_workers or prefetch_factor < 0), EM_ERR_OOM,
+ * or a failure to start a thread. On failure *out is NULL. */
+em_status em_dataloader_new(const em_dataset *ds, const em_dataloader_opts *opts, em_dataloader **out);
+void em_dataloader_free(em_dataloader *dl);   /* joins the workers, drops prefetched batches; NULL is ok */
+
+/* Batches this rank gets per epoch: exact, whatever the epoch. */
+int64_t em_dataloader_len(const em_dataloader *dl);
+/* Accelerate's GradientState.remainder: dataset length % the global batch
+ * (batch_size * num_processes, or batch_size with split_batches), or -1 with
+ * drop_last. The real samples of the last gathered global batch are its first
+ * `remainder` rows (0: all of them). */
+int64_t em_dataloader_remainder(const em_dataloader *dl);
+
+/* The next batch of the current epoch into *out (tensors owned by the current
+ * scope), and true. At the end of the epoch: false with *out zeroed, and the
+ * loader moves to the next epoch (the next call starts it). On failure (the
+ * dataset's get failed, OOM): false, *out zeroed, em_dataloader_status tells
+ * why (with em_last_error), and the position stays: a next call retries. */
+bool em_dataloader_next(em_dataloader *dl, em_batch *out);
+/* EM_OK after a batch or a normal end of epoch; the failure of the last
+ * em_dataloader_next otherwise. */
+em_status em_dataloader_status(const em_dataloader *dl);
+/* True while the batch just returned is the last of its epoch (Accelerate's
+ * end_of_dataloader, known one batch ahead). */
+bool em_dataloader_end_of_dataloader(const em_dataloader *dl);
+
+/* Restarts iteration at batch 0 of epoch `epoch` (>= 0). */
+void em_dataloader_set_epoch(em_dataloader *dl, int64_t epoch);
+/* Mid-epoch resume: the current epoch continues at batch n (counted from its
+ * start; n >= len ends it at the next call). Batches skipped are not loaded. */
+void em_dataloader_skip_first_batches(em_dataloader *dl, int64_t n);
+
+/* Where the loader stands: the epoch, and how many of its batches were
+ * returned. A plain struct, for checkpoints. */
+typedef struct em_loader_state {
+    int64_t epoch;
+    int64_t batch;
+} em_loader_state;
+em_loader_state em_dataloader_state(const em_dataloader *dl);
+/* Continues from a saved state: the next batch is batch `batch` of `epoch`.
+ * EM_ERR_INVALID if the state does not fit this loader (negative, or batch > len). */
+em_status em_dataloader_load_state(em_dataloader *dl, em_loader_state s);
+
 #ifdef __cplusplus
 }
 #endif

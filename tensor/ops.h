@@ -29,14 +29,14 @@ struct em_tensor;
     X(FILL) X(ARANGE) X(EYE)                                                             \
     /* COPY: in[0] -> out[0], same shape, any layouts and dtypes (out may be strided) */ \
     X(COPY)                                                                              \
-    /* binary: in[0], in[1] expanded to out's shape; same dtype; cmp ops out EM_BOOL */  \
+    /* binary: in[0], in[1] broadcastable to out's shape (the kernel broadcasts); same dtype; cmp ops out EM_BOOL */  \
     X(ADD) X(SUB) X(MUL) X(DIV) X(POW) X(MAXIMUM) X(MINIMUM)                             \
     X(EQ) X(NE) X(LT) X(LE) X(GT) X(GE)                                                  \
     /* unary: in[0] -> out[0], same shape and dtype */                                  \
     X(NEG) X(ABS) X(EXP) X(LOG) X(SQRT) X(RSQRT) X(TANH) X(SIGMOID) X(RELU)              \
     X(GELU) X(GELU_TANH) X(SIN) X(COS)                                                   \
-    /* WHERE: in[0]=cond bool, in[1]=x, in[2]=y, all expanded to out's shape */         \
-    /* MASKED_FILL: in[0]=x, in[1]=mask bool expanded; f[0]=value */                     \
+    /* WHERE: in[0]=cond bool, in[1]=x, in[2]=y, all broadcastable to out's shape */         \
+    /* MASKED_FILL: in[0]=x, in[1]=mask bool broadcastable; f[0]=value */                     \
     X(WHERE) X(MASKED_FILL)                                                              \
     /* reductions: in[0]; i[0]=bitmask of reduced dims; out[0] has in's ndim with the   \
        reduced dims set to 1 (the op reshapes for keepdim=false). VAR f[0]=correction;  \

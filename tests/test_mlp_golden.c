@@ -129,9 +129,14 @@ END_TEST
 START_TEST(mlp_loop_returns_to_baseline)
 {
     em_set_seed(7);
-    em_tensor *w1 = em_requires_grad_(em_mul_scalar(em_randn(EM_SHAPE(32, 16), EM_F32, EM_CPU), 0.25), true);
+    em_tensor *w1, *w2;
+    EM_SCOPE {   /* the randn temporaries die here; the scaled weights are kept */
+        w1 = em_keep(em_mul_scalar(em_randn(EM_SHAPE(32, 16), EM_F32, EM_CPU), 0.25));
+        w2 = em_keep(em_mul_scalar(em_randn(EM_SHAPE(4, 32), EM_F32, EM_CPU), 0.18));
+    }
+    em_requires_grad_(w1, true);
+    em_requires_grad_(w2, true);
     em_tensor *b1 = em_requires_grad_(em_zeros(EM_SHAPE(32), EM_F32, EM_CPU), true);
-    em_tensor *w2 = em_requires_grad_(em_mul_scalar(em_randn(EM_SHAPE(4, 32), EM_F32, EM_CPU), 0.18), true);
     em_tensor *b2 = em_requires_grad_(em_zeros(EM_SHAPE(4), EM_F32, EM_CPU), true);
     em_tensor *x = em_randn(EM_SHAPE(8, 16), EM_F32, EM_CPU);
     em_tensor *y = em_from_data((int64_t[]){0, 1, 2, 3, 3, 2, 1, 0}, EM_SHAPE(8), EM_I64);

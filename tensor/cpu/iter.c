@@ -2,7 +2,6 @@
 #include "tensor/cpu/iter.h"
 
 #include <omp.h>
-#include <stdlib.h>
 
 /* The walk after simplification: `ndim` dims (outermost first, at least 1),
  * byte strides per dim and operand. */

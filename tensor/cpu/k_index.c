@@ -35,48 +35,69 @@ static inline int64_t load_index(const char *p, em_dtype dt)
     return dt == EM_I32 ? *(const int32_t *)p : *(const int64_t *)p;
 }
 
+/* Dims of a strided copy after merging: sz[n] elements, strides ds/ss. */
+typedef struct copy_geom {
+    int n;
+    int64_t sz[EM_MAX_DIMS], ds[EM_MAX_DIMS], ss[EM_MAX_DIMS];
+} copy_geom;
+
+/* Copies row r (the innermost dim) of the merged block. */
+static void copy_row(const copy_geom *g, char *dst, const char *src, size_t es, int64_t r)
+{
+    const int n = g->n;
+    int64_t q = r, doff = 0, soff = 0;
+    for (int d = n - 2; d >= 0; d--) {
+        int64_t i = q % g->sz[d];
+        q /= g->sz[d];
+        doff += i * g->ds[d];
+        soff += i * g->ss[d];
+    }
+    char *dp = dst + doff * (int64_t)es;
+    const char *sp = src + soff * (int64_t)es;
+    const int64_t len = g->sz[n - 1];
+    if (g->ds[n - 1] == 1 && g->ss[n - 1] == 1) {
+        memcpy(dp, sp, (size_t)len * es);
+        return;
+    }
+    const int64_t dstep = g->ds[n - 1] * (int64_t)es, sstep = g->ss[n - 1] * (int64_t)es;
+    for (int64_t i = 0; i < len; i++, dp += dstep, sp += sstep) copy_elem(dp, sp, es);
+}
+
 /* A strided block copy: shape[nd] elements from src (strides sst) to dst
  * (strides dst_), in elements of size es. Dims merge where both sides allow;
- * rows of the innermost dim are spread over threads when `par`. */
+ * rows of the innermost dim are spread over threads when `par` (a parallel
+ * region is entered only then: even an if(0) region costs a team start). */
 static void copy_nd(char *dst, const int64_t *dst_, const char *src, const int64_t *sst,
                     const int64_t *shape, int nd, size_t es, bool par)
 {
-    int64_t sz[EM_MAX_DIMS], ds[EM_MAX_DIMS], ss[EM_MAX_DIMS];
-    int n = 0;
+    copy_geom g = {0};
     int64_t total = 1;
     for (int d = 0; d < nd; d++) {
         total *= shape[d];
         if (shape[d] == 1) continue;
-        if (n > 0 && ds[n - 1] == dst_[d] * shape[d] && ss[n - 1] == sst[d] * shape[d]) {
-            sz[n - 1] *= shape[d];
-            ds[n - 1] = dst_[d];
-            ss[n - 1] = sst[d];
+        int n = g.n;
+        if (n > 0 && g.ds[n - 1] == dst_[d] * shape[d] && g.ss[n - 1] == sst[d] * shape[d]) {
+            g.sz[n - 1] *= shape[d];
+            g.ds[n - 1] = dst_[d];
+            g.ss[n - 1] = sst[d];
         } else {
-            sz[n] = shape[d]; ds[n] = dst_[d]; ss[n] = sst[d];
-            n++;
+            g.sz[n] = shape[d];
+            g.ds[n] = dst_[d];
+            g.ss[n] = sst[d];
+            g.n++;
         }
     }
     if (total == 0) return;
-    if (n == 0) { copy_elem(dst, src, es); return; }
-    const int64_t len = sz[n - 1], dstep = ds[n - 1] * (int64_t)es, sstep = ss[n - 1] * (int64_t)es;
-    const int64_t rows = total / len;
-    const bool contig = ds[n - 1] == 1 && ss[n - 1] == 1;
-#pragma omp parallel for schedule(static) if (par && total >= PAR_WORK && rows > 1)
-    for (int64_t r = 0; r < rows; r++) {
-        int64_t q = r, doff = 0, soff = 0;
-        for (int d = n - 2; d >= 0; d--) {
-            int64_t i = q % sz[d];
-            q /= sz[d];
-            doff += i * ds[d];
-            soff += i * ss[d];
-        }
-        char *dp = dst + doff * (int64_t)es;
-        const char *sp = src + soff * (int64_t)es;
-        if (contig) {
-            memcpy(dp, sp, (size_t)len * es);
-        } else {
-            for (int64_t i = 0; i < len; i++, dp += dstep, sp += sstep) copy_elem(dp, sp, es);
-        }
+    if (g.n == 0) {
+        copy_elem(dst, src, es);
+        return;
+    }
+    const int64_t rows = total / g.sz[g.n - 1];
+    if (par && total >= PAR_WORK && rows > 1) {
+#pragma omp parallel for schedule(static)
+        for (int64_t r = 0; r < rows; r++) copy_row(&g, dst, src, es, r);
+    } else {
+        for (int64_t r = 0; r < rows; r++) copy_row(&g, dst, src, es, r);
     }
 }
 

@@ -92,7 +92,8 @@ int em_cpu_LAYER_NORM(const em_kargs *k)
         for (int64_t r = 0; r < R; r++) {
             if (fast) {
                 const float *xr = (const float *)data_of(x) + x->offset + r * D;
-                float *yr = (float *)data_of(y) + y->offset + r * D, mu, rs;
+                float *yr = (float *)data_of(y) + y->offset + r * D;
+                float mu, rs;
                 ln_stats_f32(xr, D, eps, &mu, &rs);
                 ln_row_f32(xr, yr, D, wv, bv, mu, rs);
                 put_stat(mean, r, mu), put_stat(rstd, r, rs);

@@ -8,8 +8,10 @@
  * "nout rows of R contiguous elements" and a reduce-the-leading-dims problem
  * becomes "R rows, each adding into nout contiguous outputs". Two orientations:
  *   inner (A): one output at a time walks its R elements (rows);
- *   outer (B): a tile of up to TILE outputs, contiguous along the innermost
- *              kept dim, is updated once per reduced position (columns).
+ *   outer (B): a tile of up to TILE_MAX outputs, contiguous along the
+ *              innermost kept dim, is updated once per reduced position
+ *              (columns). Tiles span whole rows where they can, so the reads
+ *              stream through memory; wider rows are cut into equal tiles.
  * Float dtypes accumulate in f64 (f16/bf16 load through f32). Integer and bool
  * inputs (SUM -> i64, MAX/MIN/ARGMAX) use an exact int64 path.
  *
@@ -30,9 +32,10 @@
  * extreme (NaN wins and sticks, as in torch; ties keep the first index). */
 enum { K_SUM, K_SQDEV, K_SUMEXP, K_ABS, K_SQ, K_POW, K_MAXABS, K_MAX, K_MIN };
 
-#define TILE 256                /* outputs per tile in the outer orientation   */
+#define TILE_MAX 8192           /* outputs per tile in the outer orientation   */
 #define SPLIT_WORK 65536        /* elements per chunk when one tile is split   */
-#define SPLIT_SLOTS 4096        /* max chunks x tile width (stack partials)    */
+#define MAX_CHUNKS 64           /* chunks per split tile ...                   */
+#define MAX_PARTIALS 262144     /* ... and chunks x tile width                 */
 #define PAR_WORK 32768          /* below this many elements: one thread        */
 
 typedef struct plan {
@@ -44,7 +47,7 @@ typedef struct plan {
     int64_t rsize[EM_MAX_DIMS], rstride[EM_MAX_DIMS];   /* innermost last       */
     int64_t nout, R;
     bool outer;                 /* orientation B                                 */
-    int64_t W, tiles_per_row, ntiles;
+    int64_t W, tile_w, tiles_per_row, ntiles;
     double pw;                  /* K_POW exponent                               */
 } plan;
 
@@ -99,10 +102,11 @@ static void plan_init(plan *pl, const em_tensor *in, int64_t mask)
                 pl->rstride[pl->nr - 1] != 1;
     if (pl->outer) {
         pl->W = pl->ksize[pl->nk - 1];
-        pl->tiles_per_row = (pl->W + TILE - 1) / TILE;
+        pl->tiles_per_row = (pl->W + TILE_MAX - 1) / TILE_MAX;
+        pl->tile_w = (pl->W + pl->tiles_per_row - 1) / pl->tiles_per_row;
         pl->ntiles = pl->nout / pl->W * pl->tiles_per_row;
     } else {
-        pl->W = 1;
+        pl->W = pl->tile_w = 1;
         pl->tiles_per_row = 1;
         pl->ntiles = pl->nout;
     }
@@ -116,9 +120,9 @@ static void tile_geom(const plan *pl, int64_t t, int64_t *o0, int64_t *w, int64_
     if (pl->outer) {
         q = t / pl->tiles_per_row;
         int64_t jb = t % pl->tiles_per_row;
-        extra = jb * TILE;
+        extra = jb * pl->tile_w;
         *o0 = q * pl->W + extra;
-        *w = pl->W - extra < TILE ? pl->W - extra : TILE;
+        *w = pl->W - extra < pl->tile_w ? pl->W - extra : pl->tile_w;
         nd = pl->nk - 1;
     } else {
         *o0 = t;
@@ -146,43 +150,61 @@ static inline double ld_bf16(uint16_t v)
 #define BETTER_MAX(x, b) ((x) > (b) || (isnan(x) && !isnan(b)))
 #define BETTER_MIN(x, b) ((x) < (b) || (isnan(x) && !isnan(b)))
 
-#define SUM_LOOP_A(LOADX, EXPR)                                                  \
-    {                                                                     \
-        double a = 0;                                                     \
-        _Pragma("omp simd reduction(+:a)")                                \
-        for (int64_t i = 0; i < n; i++) { double x = (LOADX); a += (EXPR); } \
+#define SUM_LOOP_A(LD, EXPR)                                                                       \
+    {                                                                                              \
+        double a = 0;                                                                              \
+        _Pragma("omp simd reduction(+:a)")                                                         \
+        for (int64_t i = 0; i < n; i++) { double x = LD(p[i * st]); a += (EXPR); }                 \
         *acc += a;                                                        \
     } break;
-#define EXT_LOOP_A(LOADX, EXPR, BETTER)                                          \
-    {                                                                     \
-        double b = *acc;                                                  \
-        int64_t bi = *idx;                                                \
-        for (int64_t i = 0; i < n; i++) {                                 \
-            double x = (LOADX); x = (EXPR);                                \
-            if (BETTER(x, b)) { b = x; bi = r0 + i; }                     \
-        }                                                                 \
-        *acc = b; *idx = bi;                                              \
+#define SIMD_MAX "omp simd reduction(max:m) reduction(|:has_nan)"
+#define SIMD_MIN "omp simd reduction(min:m) reduction(|:has_nan)"
+/* Extremes in two steps so the hot loop vectorizes: the extreme value and
+ * whether a NaN occurs (SIMD), then a short scan for its first position. */
+#define EXT_LOOP_A(LD, EXPR, SIMD, CMP, INIT)                                                      \
+    {                                                                                              \
+        double m = INIT;                                                                           \
+        int has_nan = 0;                                                                           \
+        _Pragma(SIMD)                                                                              \
+        for (int64_t i = 0; i < n; i++) {                                                          \
+            double x = LD(p[i * st]); x = (EXPR);                                                  \
+            has_nan |= isnan(x);                                                                   \
+            m = x CMP m ? x : m;                                                                   \
+        }                                                                                          \
+        if (isnan(*acc)) break;               /* an earlier NaN sticks */                          \
+        if (has_nan || m CMP *acc) {                                                               \
+            int64_t i = 0;                                                                         \
+            double x;                                                                              \
+            for (;; i++) {                                                                         \
+                x = LD(p[i * st]); x = (EXPR);                                                     \
+                if (has_nan ? isnan(x) : x == m) break;                                            \
+            }                                                                                      \
+            *acc = x;                                                     \
+            *idx = r0 + i;                                                \
+        }                                                                                          \
     } break;
 
-/* Inner orientation: n elements at p with stride S (elements), the first of
- * which has reduced index r0; folds them into *acc (and *idx). */
-#define DEF_RUN_A(NAME, CT, LD, S)                                                        \
-    static void NAME(int kind, const void *vp, int64_t n, int64_t s, int64_t r0, double prm, \
-                     double pw, double *acc, int64_t *idx)                                 \
-    {                                                                                     \
-        const CT *p = vp;                                                                 \
-        (void)s;                                                                          \
-        switch (kind) {                                                                   \
-        case K_SUM: SUM_LOOP_A(LD(p[i * (S)]), x)                                                         \
-        case K_SQDEV: SUM_LOOP_A(LD(p[i * (S)]), (x - prm) * (x - prm))                                   \
-        case K_SUMEXP: SUM_LOOP_A(LD(p[i * (S)]), exp(x - prm))                                           \
-        case K_ABS: SUM_LOOP_A(LD(p[i * (S)]), fabs(x))                                                   \
-        case K_SQ: SUM_LOOP_A(LD(p[i * (S)]), x * x)                                                      \
-        case K_POW: SUM_LOOP_A(LD(p[i * (S)]), pow(fabs(x), pw))                                          \
-        case K_MAXABS: EXT_LOOP_A(LD(p[i * (S)]), fabs(x), BETTER_MAX)                                    \
-        case K_MAX: EXT_LOOP_A(LD(p[i * (S)]), x, BETTER_MAX)                                             \
-        case K_MIN: EXT_LOOP_A(LD(p[i * (S)]), x, BETTER_MIN)                                             \
-        }                                                                                 \
+/* Inner orientation: n elements at p with stride s (elements), the first of
+ * which has reduced index r0; folds them into *acc (and *idx). S is s, or 1
+ * for the copy the compiler vectorizes for contiguous rows. */
+#define DEF_RUN_A(NAME, CT, LD, S)                                                                 \
+    static void NAME(int kind, const void *vp, int64_t n, int64_t s, int64_t r0, double prm,       \
+                     double pw, double *acc, int64_t *idx)                                         \
+    {                                                                                              \
+        const CT *p = vp;                                                                          \
+        const int64_t st = (S);                                                                    \
+        (void)s;                                                                                   \
+        switch (kind) {                                                                            \
+        case K_SUM: SUM_LOOP_A(LD, x)                                                              \
+        case K_SQDEV: SUM_LOOP_A(LD, (x - prm) * (x - prm))                                        \
+        case K_SUMEXP: SUM_LOOP_A(LD, exp(x - prm))                                                \
+        case K_ABS: SUM_LOOP_A(LD, fabs(x))                                                        \
+        case K_SQ: SUM_LOOP_A(LD, x * x)                                                           \
+        case K_POW: SUM_LOOP_A(LD, pow(fabs(x), pw))                                               \
+        case K_MAXABS: EXT_LOOP_A(LD, fabs(x), SIMD_MAX, >, 0.0)                                   \
+        case K_MAX: EXT_LOOP_A(LD, x, SIMD_MAX, >, -INFINITY)                                      \
+        case K_MIN: EXT_LOOP_A(LD, x, SIMD_MIN, <, INFINITY)                                       \
+        }                                                                                          \
     }
 DEF_RUN_A(run_a_f32c, float, ld_f32, 1)
 DEF_RUN_A(run_a_f32, float, ld_f32, s)
@@ -191,35 +213,43 @@ DEF_RUN_A(run_a_f64, double, ld_f64, s)
 DEF_RUN_A(run_a_f16, uint16_t, ld_f16, s)
 DEF_RUN_A(run_a_bf16, uint16_t, ld_bf16, s)
 
-#define SUM_LOOP_B(LD, EXPR)                                                  \
-    _Pragma("omp simd")                                                   \
-    for (int64_t j = 0; j < w; j++) { double x = LD(p[j]); acc[j] += (EXPR); } \
+#define SUM_LOOP_B(LD, EXPR)                                                                       \
+    for (int64_t i = 0; i < n; i++) {                                                              \
+        const elem_t *restrict q = p + i * s;                                                      \
+        _Pragma("omp simd")                                                                        \
+        for (int64_t j = 0; j < w; j++) { double x = LD(q[j]); acc[j] += (EXPR); }                 \
+    }                                                                                              \
     break;
-#define EXT_LOOP_B(LD, EXPR, BETTER)                                          \
-    for (int64_t j = 0; j < w; j++) {                                     \
-        double x = LD(p[j]); x = (EXPR);                                  \
-        if (BETTER(x, acc[j])) { acc[j] = x; idx[j] = r; }                \
-    }                                                                     \
+#define EXT_LOOP_B(LD, EXPR, BETTER)                                                               \
+    for (int64_t i = 0; i < n; i++) {                                                              \
+        const elem_t *restrict q = p + i * s;                                                      \
+        for (int64_t j = 0; j < w; j++) {                                                          \
+            double x = LD(q[j]); x = (EXPR);                                                       \
+            if (BETTER(x, acc[j])) { acc[j] = x; idx[j] = r0 + i; }                                \
+        }                                                                                          \
+    }                                                                                              \
     break;
 
-/* Outer orientation: w contiguous elements at p, one per output, all at
- * reduced index r; folds element j into acc[j] (and idx[j]). */
-#define DEF_RUN_B(NAME, CT, LD)                                                          \
-    static void NAME(int kind, const void *vp, int64_t w, int64_t r, const double *prm,  \
-                     double pw, double *restrict acc, int64_t *restrict idx)              \
-    {                                                                                    \
-        const CT *restrict p = vp;                                                       \
-        switch (kind) {                                                                  \
-        case K_SUM: SUM_LOOP_B(LD, x)                                                        \
-        case K_SQDEV: SUM_LOOP_B(LD, (x - prm[j]) * (x - prm[j]))                            \
-        case K_SUMEXP: SUM_LOOP_B(LD, exp(x - prm[j]))                                       \
-        case K_ABS: SUM_LOOP_B(LD, fabs(x))                                                  \
-        case K_SQ: SUM_LOOP_B(LD, x * x)                                                     \
-        case K_POW: SUM_LOOP_B(LD, pow(fabs(x), pw))                                         \
-        case K_MAXABS: EXT_LOOP_B(LD, fabs(x), BETTER_MAX)                                   \
-        case K_MAX: EXT_LOOP_B(LD, x, BETTER_MAX)                                            \
-        case K_MIN: EXT_LOOP_B(LD, x, BETTER_MIN)                                            \
-        }                                                                                \
+/* Outer orientation: n reduced positions, stride s (elements) apart starting
+ * at p, the first with reduced index r0; at each, w contiguous elements, one
+ * per output: element j folds into acc[j] (and idx[j]). */
+#define DEF_RUN_B(NAME, CT, LD)                                                                    \
+    static void NAME(int kind, const void *vp, int64_t n, int64_t s, int64_t w, int64_t r0,        \
+                     const double *prm, double pw, double *restrict acc, int64_t *restrict idx)    \
+    {                                                                                              \
+        typedef CT elem_t;                                                                         \
+        const elem_t *p = vp;                                                                      \
+        switch (kind) {                                                                            \
+        case K_SUM: SUM_LOOP_B(LD, x)                                                              \
+        case K_SQDEV: SUM_LOOP_B(LD, (x - prm[j]) * (x - prm[j]))                                  \
+        case K_SUMEXP: SUM_LOOP_B(LD, exp(x - prm[j]))                                             \
+        case K_ABS: SUM_LOOP_B(LD, fabs(x))                                                        \
+        case K_SQ: SUM_LOOP_B(LD, x * x)                                                           \
+        case K_POW: SUM_LOOP_B(LD, pow(fabs(x), pw))                                               \
+        case K_MAXABS: EXT_LOOP_B(LD, fabs(x), BETTER_MAX)                                         \
+        case K_MAX: EXT_LOOP_B(LD, x, BETTER_MAX)                                                  \
+        case K_MIN: EXT_LOOP_B(LD, x, BETTER_MIN)                                                  \
+        }                                                                                          \
     }
 DEF_RUN_B(run_b_f32, float, ld_f32)
 DEF_RUN_B(run_b_f64, double, ld_f64)
@@ -244,14 +274,14 @@ static void run_a(const plan *pl, int kind, const char *p, int64_t n, int64_t s,
     }
 }
 
-static void run_b(const plan *pl, int kind, const char *p, int64_t w, int64_t r, const double *prm,
-                  double *acc, int64_t *idx)
+static void run_b(const plan *pl, int kind, const char *p, int64_t n, int64_t s, int64_t w, int64_t r0,
+                  const double *prm, double *acc, int64_t *idx)
 {
     switch (pl->dt) {
-    case EM_F32: run_b_f32(kind, p, w, r, prm, pl->pw, acc, idx); break;
-    case EM_F64: run_b_f64(kind, p, w, r, prm, pl->pw, acc, idx); break;
-    case EM_F16: run_b_f16(kind, p, w, r, prm, pl->pw, acc, idx); break;
-    case EM_BF16: run_b_bf16(kind, p, w, r, prm, pl->pw, acc, idx); break;
+    case EM_F32: run_b_f32(kind, p, n, s, w, r0, prm, pl->pw, acc, idx); break;
+    case EM_F64: run_b_f64(kind, p, n, s, w, r0, prm, pl->pw, acc, idx); break;
+    case EM_F16: run_b_f16(kind, p, n, s, w, r0, prm, pl->pw, acc, idx); break;
+    case EM_BF16: run_b_bf16(kind, p, n, s, w, r0, prm, pl->pw, acc, idx); break;
     default: break;
     }
 }
@@ -293,19 +323,13 @@ static void pass_range(const plan *pl, int kind, const char *p0, int64_t w, int6
     }
     const int64_t in_n = pl->rsize[nr - 1], in_s = pl->rstride[nr - 1];
     for (int64_t r = r0; r < r1;) {
-        if (pl->outer) {
-            run_b(pl, kind, p0 + off * es, w, r, prm, acc, idx);
-            ri[nr - 1]++;
-            off += in_s;
-            r++;
-        } else {
-            int64_t n = in_n - ri[nr - 1];
-            if (n > r1 - r) n = r1 - r;
-            run_a(pl, kind, p0 + off * es, n, in_s, r, prm[0], acc, idx);
-            ri[nr - 1] += n;
-            off += n * in_s;
-            r += n;
-        }
+        int64_t n = in_n - ri[nr - 1];   /* the rest of the innermost reduced dim */
+        if (n > r1 - r) n = r1 - r;
+        if (pl->outer) run_b(pl, kind, p0 + off * es, n, in_s, w, r, prm, acc, idx);
+        else run_a(pl, kind, p0 + off * es, n, in_s, r, prm[0], acc, idx);
+        ri[nr - 1] += n;
+        off += n * in_s;
+        r += n;
         for (int d = nr - 1; d > 0 && ri[d] == pl->rsize[d]; d--) {
             off -= ri[d] * pl->rstride[d];
             ri[d] = 0;
@@ -321,7 +345,8 @@ static int64_t tile_chunks(const plan *pl, int64_t w)
     if (pl->ntiles >= 16 || pl->R * w < 2 * SPLIT_WORK) return 1;
     int64_t len = SPLIT_WORK / w > 0 ? SPLIT_WORK / w : 1;
     int64_t c = (pl->R + len - 1) / len;
-    if (c > SPLIT_SLOTS / w) c = SPLIT_SLOTS / w;
+    if (c > MAX_CHUNKS) c = MAX_CHUNKS;
+    if (c > MAX_PARTIALS / w) c = MAX_PARTIALS / w;
     return c < 1 ? 1 : c;
 }
 
@@ -331,18 +356,23 @@ static void tile_pass(const plan *pl, int kind, const char *p0, int64_t w, const
 {
     acc_init(kind, w, acc, idx);
     int64_t nc = tile_chunks(pl, w);
-    if (nc <= 1) {
+    /* Partials of a split tile; without memory for them the pass runs whole
+     * (same result up to rounding, only slower). */
+    double *pacc = nc > 1 ? em__malloc(sizeof(double) * (size_t)(nc * w)) : NULL;
+    int64_t *pidx = pacc ? em__malloc(sizeof(int64_t) * (size_t)(nc * w)) : NULL;
+    if (!pidx) {
+        em__free(pacc);
         pass_range(pl, kind, p0, w, 0, pl->R, prm, acc, idx);
         return;
     }
-    double pacc[SPLIT_SLOTS];
-    int64_t pidx[SPLIT_SLOTS];
 #pragma omp parallel for schedule(static)
     for (int64_t c = 0; c < nc; c++) {
         acc_init(kind, w, pacc + c * w, pidx + c * w);
         pass_range(pl, kind, p0, w, pl->R * c / nc, pl->R * (c + 1) / nc, prm, pacc + c * w, pidx + c * w);
     }
     for (int64_t c = 0; c < nc; c++) acc_combine(kind, w, acc, idx, pacc + c * w, pidx + c * w);
+    em__free(pacc);
+    em__free(pidx);
 }
 
 /* ---- float ops -------------------------------------------------------------- */
@@ -362,13 +392,14 @@ static void *out_ptr(const em_tensor *t)
 }
 
 /* Computes and writes the outputs of tile t for op. */
-static void float_tile(const plan *pl, const em_kargs *k, int64_t t)
+/* scratch: 3 * tile_w doubles and 2 * tile_w int64 for this thread. */
+static void float_tile(const plan *pl, const em_kargs *k, int64_t t, double *scratch)
 {
     int64_t o0, w, off;
     tile_geom(pl, t, &o0, &w, &off);
     const char *p0 = pl->base + off * (int64_t)pl->es;
-    double a[TILE], b[TILE], prm[TILE];
-    int64_t ia[TILE], ib[TILE];
+    double *a = scratch, *b = a + pl->tile_w, *prm = b + pl->tile_w;
+    int64_t *ia = (int64_t *)(prm + pl->tile_w), *ib = ia + pl->tile_w;
     const double R = (double)pl->R;
     em_tensor *out = k->out[0];
     void *op0 = out_ptr(out);
@@ -502,9 +533,19 @@ static int reduce(const em_kargs *k)
         return EM_OK;
     }
     /* A few big tiles are split inside tile_pass; otherwise split over tiles. */
-    const bool split_inside = tile_chunks(&pl, pl.outer ? (pl.W < TILE ? pl.W : TILE) : 1) > 1;
-#pragma omp parallel for schedule(static) if (par && !split_inside)
-    for (int64_t t = 0; t < pl.ntiles; t++) float_tile(&pl, k, t);
+    const bool over_tiles = par && tile_chunks(&pl, pl.tile_w) <= 1;
+    const int nthr = over_tiles ? omp_get_max_threads() : 1;
+    const size_t per_thread = 5 * (size_t)pl.tile_w;   /* see float_tile */
+    double *scratch = em__malloc(sizeof(double) * per_thread * (size_t)nthr);
+    if (!scratch) return em__fail(EM_ERR_OOM, "%s: out of memory for reduction scratch", em_op_table[k->op].name);
+    if (over_tiles) {
+#pragma omp parallel for schedule(static)
+        for (int64_t t = 0; t < pl.ntiles; t++)
+            float_tile(&pl, k, t, scratch + per_thread * (size_t)omp_get_thread_num());
+    } else {
+        for (int64_t t = 0; t < pl.ntiles; t++) float_tile(&pl, k, t, scratch);
+    }
+    em__free(scratch);
     return EM_OK;
 }
 

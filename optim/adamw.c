@@ -1,0 +1,146 @@
+/* ember — AdamW, as torch.optim.AdamW's single-tensor path (the CPU default):
+ *
+ *     step += 1
+ *     p  = p * (1 - lr*wd)                       (decoupled decay first, current lr)
+ *     m  = lerp(m, g, 1 - beta1)
+ *     v  = v * beta2 + (1 - beta2) * g * g
+ *     vmax = max(vmax, v)                        (amsgrad; NaN propagates)
+ *     d  = sqrt(v or vmax) / sqrt(1 - beta2^step) + eps
+ *     p  = p + (-lr / (1 - beta1^step)) * m / d
+ *
+ * Scalars are computed in double as Python computes them (pow, not sqrt, for
+ * the square root of the bias correction) and rounded once to the parameter
+ * dtype; every tensor operation rounds to that dtype in torch's order. The
+ * only difference from torch's vectorized kernels is that torch fuses lerp's
+ * multiply-add (FMA) where the CPU has one: a rounding step of at most one ulp
+ * in the first moment. One pass per span does all of it for each element. */
+#include "optim/optim_internal.h"
+
+#include <math.h>
+
+#define ADAMW_GRAIN 8192
+
+typedef struct adamw_consts {
+    double decay;      /* 1 - lr*wd, or 1 when wd == 0 (p*1 is exact)           */
+    double w1;         /* lerp weight 1 - beta1                                 */
+    bool small;        /* |w1| < 0.5: m + w1*(g-m); else g - (1-w1)*(g-m)       */
+    double beta2, w2;  /* v*beta2 + w2*g*g                                      */
+    double bc2_sqrt, neg_step, eps;
+    double sign;       /* -1 with maximize (negation is exact)                  */
+} adamw_consts;
+
+/* lerp as torch's scalar form: base + coef*(g - m), with (base, coef) = (m, w)
+ * or (g, -(1-w)); a + (-b)*c equals a - b*c exactly. */
+#define ADAMW_KERNEL(T, SQRT)                                                                                   \
+    static void adamw_##T(T *restrict p, const T *restrict g, T *restrict m, T *restrict v, T *restrict vmax,  \
+                          int64_t b, int64_t e, const adamw_consts *c)                                         \
+    {                                                                                                           \
+        const T decay = (T)c->decay, w1 = (T)c->w1, coef = c->small ? w1 : -((T)1 - w1);                       \
+        const T beta2 = (T)c->beta2, w2 = (T)c->w2, bc2s = (T)c->bc2_sqrt, neg_step = (T)c->neg_step;           \
+        const T eps = (T)c->eps, sign = (T)c->sign;                                                            \
+        const bool small = c->small;                                                                            \
+        if (vmax) {                                                                                             \
+            for (int64_t i = b; i < e; i++) {                                                                   \
+                T gi = g[i] * sign, pi = p[i] * decay, mo = m[i];                                               \
+                T mi = (small ? mo : gi) + coef * (gi - mo);                                                    \
+                T vi = v[i] * beta2 + w2 * gi * gi;                                                             \
+                T mx = vmax[i];                                                                                 \
+                mx = (vi > mx || vi != vi) ? vi : mx;                                                           \
+                T d = SQRT(mx) / bc2s + eps;                                                                    \
+                p[i] = pi + neg_step * mi / d;                                                                  \
+                m[i] = mi;                                                                                      \
+                v[i] = vi;                                                                                      \
+                vmax[i] = mx;                                                                                   \
+            }                                                                                                   \
+        } else {                                                                                                \
+            for (int64_t i = b; i < e; i++) {                                                                   \
+                T gi = g[i] * sign, pi = p[i] * decay, mo = m[i];                                               \
+                T mi = (small ? mo : gi) + coef * (gi - mo);                                                    \
+                T vi = v[i] * beta2 + w2 * gi * gi;                                                             \
+                T d = SQRT(vi) / bc2s + eps;                                                                    \
+                p[i] = pi + neg_step * mi / d;                                                                  \
+                m[i] = mi;                                                                                      \
+                v[i] = vi;                                                                                      \
+            }                                                                                                   \
+        }                                                                                                       \
+    }
+ADAMW_KERNEL(float, sqrtf)
+ADAMW_KERNEL(double, sqrt)
+
+static void adamw_update(const em_optimizer *o, const em__group *g, const em__span *sp)
+{
+    double step = sp->step + 1;
+    double bias_correction1 = 1 - pow(g->beta1, step);
+    double bias_correction2 = 1 - pow(g->beta2, step);
+    double step_size = g->lr / bias_correction1;
+    adamw_consts c = {
+        .decay = g->weight_decay != 0 ? 1 - g->lr * g->weight_decay : 1.0,
+        .w1 = 1 - g->beta1,
+        .beta2 = g->beta2,
+        .w2 = 1 - g->beta2,
+        .bc2_sqrt = pow(bias_correction2, 0.5),
+        .neg_step = -step_size,
+        .eps = g->eps,
+        .sign = o->maximize ? -1.0 : 1.0,
+    };
+    c.small = fabs(sp->dtype == EM_F32 ? (double)(float)c.w1 : c.w1) < 0.5;
+    bool ams = o->amsgrad;
+    if (sp->dtype == EM_F32) {
+        float *p = sp->p, *m = sp->s[0], *v = sp->s[1], *vm = ams ? sp->s[2] : NULL;
+        const float *gr = sp->g;
+        EM__OPT_PARALLEL(sp->n, ADAMW_GRAIN, adamw_float(p, gr, m, v, vm, b, e, &c));
+    } else {
+        double *p = sp->p, *m = sp->s[0], *v = sp->s[1], *vm = ams ? sp->s[2] : NULL;
+        const double *gr = sp->g;
+        EM__OPT_PARALLEL(sp->n, ADAMW_GRAIN, adamw_double(p, gr, m, v, vm, b, e, &c));
+    }
+}
+
+static int adamw_n_state(const em_optimizer *o, const em__group *g) { return o->amsgrad ? 3 : 2; }
+
+static bool adamw_check(const em_optimizer *o, const em__group *g, const char *op)
+{
+    const char *what = NULL;
+    double val = 0;
+    if (!(g->lr >= 0) || isinf(g->lr)) what = "learning rate", val = g->lr;
+    else if (!(g->eps >= 0) || isinf(g->eps)) what = "epsilon value", val = g->eps;
+    else if (!(g->beta1 >= 0 && g->beta1 < 1)) what = "beta parameter at index 0", val = g->beta1;
+    else if (!(g->beta2 >= 0 && g->beta2 < 1)) what = "beta parameter at index 1", val = g->beta2;
+    else if (!(g->weight_decay >= 0) || isinf(g->weight_decay)) what = "weight_decay value", val = g->weight_decay;
+    if (what) em__misuse(op, "invalid %s: %g", what, val);
+    return !what;
+}
+
+static const em__optim_kind adamw_kind = {
+    .name = "AdamW",
+    .state_names = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"},
+    .has_step = true,
+    .sgd_keys = false,
+    .n_state = adamw_n_state,
+    .check = adamw_check,
+    .update = adamw_update,
+};
+
+static em_optimizer *adamw_new(const em_param_group *groups, int n_groups, const em_adamw_opts *opts, const char *op)
+{
+    em_adamw_opts o = opts ? *opts : (em_adamw_opts){0};
+    em__group d = {
+        .lr = em__opt_value(o.lr, 1e-3),
+        .beta1 = em__opt_value(o.betas[0], 0.9),
+        .beta2 = em__opt_value(o.betas[1], 0.999),
+        .eps = em__opt_value(o.eps, 1e-8),
+        .weight_decay = em__opt_value(o.weight_decay, 1e-2),
+    };
+    return em__optimizer_new(&adamw_kind, &d, false, o.amsgrad, o.maximize, groups, n_groups, op);
+}
+
+em_optimizer *em_adamw_new(em_tensor *const *params, int n, const em_adamw_opts *opts)
+{
+    em_param_group g = {.params = params, .n_params = n};
+    return adamw_new(&g, 1, opts, "em_adamw_new");
+}
+
+em_optimizer *em_adamw_new_groups(const em_param_group *groups, int n_groups, const em_adamw_opts *opts)
+{
+    return adamw_new(groups, n_groups, opts, "em_adamw_new_groups");
+}

@@ -1,0 +1,95 @@
+/* ember — optim/ internals: the optimizer object, its groups and per-parameter
+ * state, and the interface each optimizer kind (sgd.c, adamw.c) implements.
+ * Not installed. */
+#ifndef EMBER_OPTIM_INTERNAL_H
+#define EMBER_OPTIM_INTERNAL_H
+
+#include "optim/optim.h"
+#include "tensor/tensor_internal.h"
+
+#include <omp.h>
+
+#define EM__OPT_MAX_STATE 3   /* state tensors per parameter, at most */
+
+/* One parameter and its state. state[k] are views of a flat buffer that the
+ * parameter shares with its neighbours in storage (see alloc in optimizer.c);
+ * NULL until the group's state is allocated. */
+typedef struct em__pstate {
+    em_tensor *state[EM__OPT_MAX_STATE];   /* owned references          */
+    double step;   /* updates so far: torch's state["step"] (AdamW); for SGD,
+                      > 0 means the momentum buffer holds a value        */
+} em__pstate;
+
+typedef struct em__group {
+    int n;
+    em_tensor **params;     /* n owned references                              */
+    em__pstate *ps;         /* n entries                                       */
+    int n_alloc;            /* state tensors allocated per parameter so far    */
+    double lr, initial_lr;  /* initial_lr is valid when has_initial_lr         */
+    bool has_initial_lr;    /* set by the first scheduler built on this group  */
+    double weight_decay, momentum, dampening, beta1, beta2, eps;
+} em__group;
+
+/* A contiguous run of elements updated by one kernel call: one parameter, or
+ * several that are adjacent in their storage, with gradients and state
+ * adjacent too, and the same step count. */
+typedef struct em__span {
+    void *p;                          /* parameter data      */
+    const void *g;                    /* gradient data       */
+    void *s[EM__OPT_MAX_STATE];       /* state data          */
+    int64_t n;                        /* elements            */
+    em_dtype dtype;                   /* EM_F32 or EM_F64    */
+    double step;                      /* step count before this update */
+} em__span;
+
+typedef struct em__optim_kind {
+    const char *name;                                   /* "AdamW", "SGD" */
+    const char *state_names[EM__OPT_MAX_STATE];         /* torch's state keys */
+    bool has_step;                                      /* state["step"] is saved */
+    bool sgd_keys;      /* groups carry momentum/dampening/nesterov (else betas/eps/amsgrad) */
+    /* State tensors a parameter of g needs (AdamW: 2, or 3 with amsgrad; SGD: 1
+     * when g's momentum != 0, else 0). */
+    int (*n_state)(const em_optimizer *o, const em__group *g);
+    /* Misuse check of g's resolved hyperparameters (op names the caller). */
+    bool (*check)(const em_optimizer *o, const em__group *g, const char *op);
+    /* Updates one span in place (no allocation, cannot fail). */
+    void (*update)(const em_optimizer *o, const em__group *g, const em__span *sp);
+} em__optim_kind;
+
+struct em_optimizer {
+    const em__optim_kind *kind;
+    int n_groups, cap_groups;
+    em__group *groups;
+    em__group defaults;                 /* resolved options; n = 0, no params */
+    bool nesterov, amsgrad, maximize;   /* optimizer-wide switches            */
+};
+
+/* Builds an optimizer of kind k: defaults and switches already resolved by the
+ * caller; each group's zero fields take the defaults. op names the public
+ * function for misuse messages. NULL on OOM or misuse. */
+em_optimizer *em__optimizer_new(const em__optim_kind *k, const em__group *defaults, bool nesterov, bool amsgrad,
+                                bool maximize, const em_param_group *groups, int n_groups, const char *op);
+/* v, except that +0 means "default" and -0 (EM_ZERO) means 0. */
+double em__opt_value(double v, double def);
+
+/* Runs BODY with int64_t variables b, e bound to pieces of [0, n) on OpenMP
+ * threads (one piece when n < grain or inside a parallel region). Pieces start
+ * on multiples of 64 elements. */
+#define EM__OPT_PARALLEL(n_, grain_, BODY)                                                           \
+    do {                                                                                            \
+        int64_t em__n = (n_), em__nt = em__n / (grain_);                                            \
+        if (em__nt > em_num_threads()) em__nt = em_num_threads();                                   \
+        if (em__nt <= 1 || omp_in_parallel()) {                                                     \
+            int64_t b = 0, e = em__n;                                                               \
+            BODY;                                                                                   \
+        } else {                                                                                    \
+            _Pragma("omp parallel num_threads((int)em__nt)") {                                      \
+                int64_t em__t = omp_get_thread_num(), em__T = omp_get_num_threads();                \
+                int64_t b = em__t == 0 ? 0 : (em__n * em__t / em__T) & ~(int64_t)63;                \
+                int64_t e = em__t == em__T - 1 ? em__n : (em__n * (em__t + 1) / em__T) & ~(int64_t)63; \
+                if (b < e) { BODY; }                                                                \
+            }                                                                                       \
+        }                                                                                           \
+    } while (0)
+
+#endif

@@ -1,0 +1,121 @@
+/* ember — SGD, as torch.optim.SGD's single-tensor path:
+ *
+ *     g = -g                          (maximize)
+ *     g = g + wd * p                  (weight decay, when wd != 0)
+ *     buf = g                         (momentum != 0, the buffer's first step)
+ *     buf = buf * momentum + (1 - dampening) * g      (later steps)
+ *     g = nesterov ? g + momentum * buf : buf
+ *     p = p + (-lr) * g
+ *
+ * Scalars are rounded once to the parameter dtype, as torch rounds its Scalar
+ * arguments; each operation rounds in torch's order (torch's vectorized add
+ * with alpha fuses the multiply-add where the CPU has FMA: one ulp at most). */
+#include "optim/optim_internal.h"
+
+#include <math.h>
+
+#define SGD_GRAIN 16384
+
+typedef struct sgd_consts {
+    double sign, wd, momentum, damp1, neg_lr;
+    bool first, nesterov;
+} sgd_consts;
+
+#define SGD_KERNEL(T)                                                                                           \
+    static void sgd_##T(T *restrict p, const T *restrict g, T *restrict buf, int64_t b, int64_t e,            \
+                        const sgd_consts *c)                                                                    \
+    {                                                                                                           \
+        const T sign = (T)c->sign, wd = (T)c->wd, mom = (T)c->momentum, damp1 = (T)c->damp1;                   \
+        const T neg_lr = (T)c->neg_lr;                                                                          \
+        const bool decay = c->wd != 0;                                                                          \
+        if (!buf) {                                                                                             \
+            for (int64_t i = b; i < e; i++) {                                                                   \
+                T gi = g[i] * sign;                                                                             \
+                if (decay) gi = gi + wd * p[i];                                                                 \
+                p[i] = p[i] + neg_lr * gi;                                                                      \
+            }                                                                                                   \
+            return;                                                                                             \
+        }                                                                                                       \
+        for (int64_t i = b; i < e; i++) {                                                                       \
+            T gi = g[i] * sign;                                                                                 \
+            if (decay) gi = gi + wd * p[i];                                                                     \
+            T bi = c->first ? gi : buf[i] * mom + damp1 * gi;                                                   \
+            buf[i] = bi;                                                                                        \
+            gi = c->nesterov ? gi + mom * bi : bi;                                                              \
+            p[i] = p[i] + neg_lr * gi;                                                                          \
+        }                                                                                                       \
+    }
+SGD_KERNEL(float)
+SGD_KERNEL(double)
+
+static void sgd_update(const em_optimizer *o, const em__group *g, const em__span *sp)
+{
+    sgd_consts c = {
+        .sign = o->maximize ? -1.0 : 1.0,
+        .wd = g->weight_decay,
+        .momentum = g->momentum,
+        .damp1 = 1 - g->dampening,
+        .neg_lr = -g->lr,
+        .first = sp->step == 0,
+        .nesterov = o->nesterov,
+    };
+    bool mom = g->momentum != 0;
+    if (sp->dtype == EM_F32) {
+        float *p = sp->p, *buf = mom ? sp->s[0] : NULL;
+        const float *gr = sp->g;
+        EM__OPT_PARALLEL(sp->n, SGD_GRAIN, sgd_float(p, gr, buf, b, e, &c));
+    } else {
+        double *p = sp->p, *buf = mom ? sp->s[0] : NULL;
+        const double *gr = sp->g;
+        EM__OPT_PARALLEL(sp->n, SGD_GRAIN, sgd_double(p, gr, buf, b, e, &c));
+    }
+}
+
+static int sgd_n_state(const em_optimizer *o, const em__group *g) { return g->momentum != 0 ? 1 : 0; }
+
+static bool sgd_check(const em_optimizer *o, const em__group *g, const char *op)
+{
+    if (!(g->lr >= 0) || isinf(g->lr)) em__misuse(op, "invalid learning rate: %g", g->lr);
+    else if (!(g->momentum >= 0) || isinf(g->momentum)) em__misuse(op, "invalid momentum value: %g", g->momentum);
+    else if (!(g->weight_decay >= 0) || isinf(g->weight_decay))
+        em__misuse(op, "invalid weight_decay value: %g", g->weight_decay);
+    else if (!isfinite(g->dampening)) em__misuse(op, "invalid dampening value: %g", g->dampening);
+    else if (o->nesterov && (g->momentum <= 0 || g->dampening != 0))
+        em__misuse(op, "nesterov momentum requires a momentum and zero dampening (momentum %g, dampening %g)",
+                   g->momentum, g->dampening);
+    else return true;
+    return false;
+}
+
+static const em__optim_kind sgd_kind = {
+    .name = "SGD",
+    .state_names = {"momentum_buffer"},
+    .has_step = false,
+    .sgd_keys = true,
+    .n_state = sgd_n_state,
+    .check = sgd_check,
+    .update = sgd_update,
+};
+
+static em_optimizer *sgd_new(const em_param_group *groups, int n_groups, const em_sgd_opts *opts, const char *op)
+{
+    em_sgd_opts o = opts ? *opts : (em_sgd_opts){0};
+    em__group d = {
+        .lr = em__opt_value(o.lr, 1e-3),
+        .momentum = em__opt_value(o.momentum, 0),
+        .dampening = em__opt_value(o.dampening, 0),
+        .weight_decay = em__opt_value(o.weight_decay, 0),
+    };
+    return em__optimizer_new(&sgd_kind, &d, o.nesterov, false, o.maximize, groups, n_groups, op);
+}
+
+em_optimizer *em_sgd_new(em_tensor *const *params, int n, const em_sgd_opts *opts)
+{
+    em_param_group g = {.params = params, .n_params = n};
+    return sgd_new(&g, 1, opts, "em_sgd_new");
+}
+
+em_optimizer *em_sgd_new_groups(const em_param_group *groups, int n_groups, const em_sgd_opts *opts)
+{
+    return sgd_new(groups, n_groups, opts, "em_sgd_new_groups");
+}

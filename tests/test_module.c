@@ -1,0 +1,121 @@
+/* The module base: registry, dotted names, modes, zero_grad and flat storage. */
+#include "check_util.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct lin { em_module base; em_tensor *w, *b; } lin;
+
+static em_module *lin_new(int64_t in, int64_t out)
+{
+    lin *l = calloc(1, sizeof *l);
+    em_module_init(&l->base, "Linear", NULL);
+    EM_SCOPE {
+        l->w = em_module_register_parameter(&l->base, "weight", em_full(EM_SHAPE(out, in), 0.5, EM_F32, EM_CPU));
+        l->b = em_module_register_parameter(&l->base, "bias", em_zeros(EM_SHAPE(out), EM_F32, EM_CPU));
+    }
+    return &l->base;
+}
+
+static em_module *net_new(void)
+{
+    em_module *root = calloc(1, sizeof *root);
+    em_module_init(root, "Net", NULL);
+    em_module *enc = calloc(1, sizeof *enc);
+    em_module_init(enc, "Encoder", NULL);
+    em_module_register_child(enc, "0", lin_new(3, 4));
+    em_module_register_child(enc, "1", lin_new(4, 4));
+    em_module_register_child(root, "encoder", enc);
+    em_module_register_child(root, "head", lin_new(4, 2));
+    EM_SCOPE { em_module_register_buffer(root, "position_ids", em_arange(0, 8, 1, EM_I64, EM_CPU), false); }
+    return root;
+}
+
+START_TEST(dotted_names_in_registration_order)
+{
+    int64_t base = tu_live_bytes();
+    em_module *m = net_new();
+    em_named_tensors l = em_module_named_parameters(m);
+    const char *want[] = {"encoder.0.weight", "encoder.0.bias", "encoder.1.weight", "encoder.1.bias", "head.weight", "head.bias"};
+    ck_assert_int_eq(l.n, 6);
+    for (int i = 0; i < 6; i++) ck_assert_str_eq(l.items[i].name, want[i]);
+    em_named_tensors_free(&l);
+    ck_assert_int_eq(em_module_num_parameters(m, false), 12 + 4 + 16 + 4 + 8 + 2);
+    ck_assert_ptr_eq(em_module_get(m, "encoder.1.bias"), ((lin *)em_module_child(m, "encoder.1"))->b);
+    ck_assert_ptr_null(em_module_get(m, "position_ids"));   /* non-persistent buffers are not in checkpoints */
+    em_named_tensors b = em_module_named_buffers(m, true);
+    ck_assert_int_eq(b.n, 1);
+    em_named_tensors_free(&b);
+    em_module_free(m);
+    ck_assert_int_eq(tu_live_bytes(), base);
+}
+END_TEST
+
+START_TEST(train_eval_reaches_every_module)
+{
+    em_module *m = net_new();
+    em_module_train(m, false);
+    ck_assert(!em_module_is_training(em_module_child(m, "encoder.1")));
+    em_module_train(m, true);
+    ck_assert(em_module_is_training(em_module_child(m, "head")));
+    em_module_free(m);
+}
+END_TEST
+
+static em_tensor *forward(em_module *m, em_tensor *x)
+{
+    const char *layers[] = {"encoder.0", "encoder.1", "head"};
+    for (int i = 0; i < 3; i++) {
+        lin *l = (lin *)em_module_child(m, layers[i]);
+        x = em_add(em_matmul(x, em_transpose(l->w, 0, 1)), l->b);
+    }
+    return em_sum(x, 0, NULL, false);
+}
+
+START_TEST(flatten_keeps_values_and_gradients_land_in_one_buffer)
+{
+    em_module *m = net_new();
+    lin *h = (lin *)em_module_child(m, "head");
+    em_tensor *w_before = h->w;
+    EM_SCOPE { em_backward(forward(m, em_ones(EM_SHAPE(2, 3), EM_F32, EM_CPU))); }
+    double g_ref = em_get(em_grad(h->w), (int64_t[]){1, 2});
+    em_module_zero_grad(m, true);
+    ck_assert_ptr_null(em_grad(h->w));
+    ck_assert_int_eq(em_module_flatten(m), EM_OK);
+    em_tensor *fp = em_module_flat_params(m, EM_F32), *fg = em_module_flat_grads(m, EM_F32);
+    ck_assert_int_eq(fp->shape[0], 46);
+    ck_assert_ptr_eq(h->w, w_before);                  /* same em_tensor, new home */
+    ck_assert_ptr_eq(h->w->storage, fp->storage);
+    ck_assert_int_eq(h->w->offset, 12 + 4 + 16 + 4);
+    ck_assert_double_eq(em_get(h->w, (int64_t[]){1, 2}), 0.5);
+    ck_assert_ptr_eq(em_grad(h->w)->storage, fg->storage);
+    EM_SCOPE { em_backward(forward(m, em_ones(EM_SHAPE(2, 3), EM_F32, EM_CPU))); }
+    ck_assert_double_eq(em_get(fg, (int64_t[]){36 + 6}), g_ref);   /* head.weight[1][2] */
+    em_module_zero_grad(m, true);                              /* in place after flatten */
+    ck_assert_ptr_nonnull(em_grad(h->w));
+    ck_assert_double_eq(em_get(fg, (int64_t[]){36 + 6}), 0.0);
+    em_module_free(m);
+}
+END_TEST
+
+START_TEST(misuse_duplicate_name)
+{
+    tu_expect_misuse("em_module_register_parameter: the name \"weight\" is already registered");
+    em_module *m = lin_new(2, 2);
+    em_module_register_parameter(m, "weight", em_zeros(EM_SHAPE(1), EM_F32, EM_CPU));
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("module");
+    TCase *tc = tcase_create("module");
+    tcase_add_test(tc, dotted_names_in_registration_order);
+    tcase_add_test(tc, train_eval_reaches_every_module);
+    tcase_add_test(tc, flatten_keeps_values_and_gradients_land_in_one_buffer);
+    suite_add_tcase(s, tc);
+    TCase *tm = tcase_create("misuse");
+    tu_add_misuse_test(tm, misuse_duplicate_name);
+    suite_add_tcase(s, tm);
+    return tu_run_suite(s);
+}
