@@ -6,6 +6,7 @@
 #include "tensor/tensor.h"
 #include "autograd/autograd.h"
 #include "nn/nn.h"
+#include "optim/optim.h"
 #include "data/data.h"
 
 #endif

@@ -8,12 +8,18 @@
  * it prints its usage on stdout and returns 0. */
 typedef int (*ember_cmd)(int argc, char **argv);
 int ember_cmd_tokenize(int argc, char **argv);
+int ember_cmd_config(int argc, char **argv);
+int ember_cmd_launch(int argc, char **argv);
+int ember_cmd_env(int argc, char **argv);
 
 static const struct {
     const char *name;
     ember_cmd run;
     const char *summary;
 } commands[] = {
+    { "config", ember_cmd_config, "write the launch configuration (interactively or from flags)" },
+    { "launch", ember_cmd_launch, "run a program on N processes (mpirun underneath)" },
+    { "env", ember_cmd_env, "print versions, libraries and the configuration for a bug report" },
     { "tokenize", ember_cmd_tokenize, "print the WordPiece ids of each line of stdin (BERT tokenizer)" },
 };
 enum { N_COMMANDS = sizeof commands / sizeof *commands };

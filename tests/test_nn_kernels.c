@@ -614,6 +614,15 @@ START_TEST(test_dropout_statistics)
             wrong += m[e] != ((double)em__u32_to_unit(r[e % 4]) >= p);
         }
         ck_assert_msg(wrong == 0, "%lld mask elements break the Philox counter/lane contract", (long long)wrong);
+        /* the boundary: an element whose u equals p is kept, one just above p is not */
+        uint32_t r0[4];
+        em__philox(1234, 99, r0);
+        double u0 = em__u32_to_unit(r0[0]);
+        em_tensor *m_eq, *m_above;
+        em_dropout(x, u0, 1234, 99, &m_eq);
+        em_dropout(x, nextafter(u0, 1.0), 1234, 99, &m_above);
+        ck_assert_int_eq(((const uint8_t *)em_data_ptr(m_eq))[0], 1);
+        ck_assert_int_eq(((const uint8_t *)em_data_ptr(m_above))[0], 0);
     }
 }
 END_TEST
@@ -675,6 +684,12 @@ START_TEST(test_cross_entropy_forward)
                     else logits = rnd(2, (int64_t[]){N, C}, dt, -4, 4, 172, &br);
                     double *xr = tu_to_doubles(logits);
                     em_tensor *t = ids_tensor(1, &N, tv, EM_I64);
+                    if (layout) {   /* a strided target too: column 1 of [N, 2] */
+                        int64_t tv2[14];
+                        for (int n = 0; n < 7; n++) tv2[2 * n] = 1 - n, tv2[2 * n + 1] = tv[n];
+                        t = em_select(em_from_data(tv2, 2, (int64_t[]){7, 2}, EM_I64), 1, 1);
+                        ck_assert(!em_is_contiguous(t));
+                    }
                     double r = ref_ce(xr, N, C, tv, -100, (em_reduction)red, rl);
                     em_tensor *lse;
                     em_tensor *loss = em__cross_entropy(logits, t, -100, (em_reduction)red, &lse);

@@ -415,7 +415,7 @@ int em_cpu_DROPOUT(const em_kargs *k)
         if (p > 0.0 && p < 1.0) {
             for (int64_t i = 0; i < len; i += 4) em__philox(seed, offset + (uint64_t)(e0 + i) / 4, bits + i);
 #pragma omp simd
-            for (int64_t i = 0; i < len; i++) keep[i] = (bits[i] >> 8) > thr;
+            for (int64_t i = 0; i < len; i++) keep[i] = (bits[i] >> 8) >= thr;
         } else {
             memset(keep, p <= 0.0, (size_t)len);
         }

@@ -1,0 +1,305 @@
+/* ember — torch.nn's basic layers: Linear, Embedding (with padding_idx),
+ * LayerNorm, Dropout and the activations; plus the helpers every nn/ file
+ * uses to build modules (nn_internal.h). */
+#include "nn/nn_internal.h"
+#include "tensor/op_grad.h"
+#include "tensor/tensor_internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- building modules ------------------------------------------------------------ */
+
+static void free_block(em_module *m) { em__free(m); }
+
+void *em__module_alloc(size_t size, const char *type)
+{
+    em_module *m = em__calloc(1, size);
+    if (!m) {
+        em__fail(EM_ERR_OOM, "out of memory allocating a %s module", type);
+        return NULL;
+    }
+    em_module_init(m, type, free_block);
+    return m;
+}
+
+bool em__add_child(em_module *parent, const char *name, void *child)
+{
+    if (!child) return false;
+    em_module_register_child(parent, name, child);
+    return true;
+}
+
+em_tensor *em__new_param(em_module *m, const char *name, int ndim, const int64_t *shape, em_dtype dt,
+                         em_device dev, bool frozen)
+{
+    em_tensor *t = NULL;
+    em_scope_begin();
+    em_tensor *e = em_empty(ndim, shape, dt, dev);
+    if (e) t = frozen ? em_module_register_buffer(m, name, e, true) : em_module_register_parameter(m, name, e);
+    em_scope_end();   /* the module holds its own reference */
+    return t;
+}
+
+em_tensor *em__pass_through(em_tensor *t)
+{
+    if (!t) return NULL;
+    return em__scope_adopt(em_retain(t));
+}
+
+static const char *dtype_check(em_dtype dt)
+{
+    return em_dtype_is_float(dt) ? NULL : em_dtype_name(dt);
+}
+
+/* ---- Linear ------------------------------------------------------------------------ */
+
+em_nn_linear *em_nn_linear_new(int64_t in, int64_t out, const em_nn_linear_opts *opts)
+{
+    em_nn_linear_opts o = opts ? *opts : (em_nn_linear_opts){0};
+    if (in <= 0 || out <= 0 || dtype_check(o.dtype)) {
+        em__misuse("em_nn_linear_new", "expected in_features > 0, out_features > 0 and a float dtype, got %lld, %lld, %s",
+                   (long long)in, (long long)out, em_dtype_name(o.dtype));
+        return NULL;
+    }
+    em_nn_linear *l = em__module_alloc(sizeof *l, "Linear");
+    if (!l) return NULL;
+    l->in_features = in;
+    l->out_features = out;
+    l->weight = em__new_param(&l->base, "weight", 2, (int64_t[]){out, in}, o.dtype, o.device, false);
+    if (!o.no_bias) l->bias = em__new_param(&l->base, "bias", 1, (int64_t[]){out}, o.dtype, o.device, false);
+    if (!l->weight || (!o.no_bias && !l->bias)) {
+        em_module_free(&l->base);
+        return NULL;
+    }
+    double bound = 1.0 / sqrt((double)in);   /* kaiming_uniform_(a=sqrt(5)) and the bias rule */
+    EM_NO_GRAD {
+        em_uniform_(l->weight, -bound, bound);
+        if (l->bias) em_uniform_(l->bias, -bound, bound);
+    }
+    return l;
+}
+
+em_tensor *em_nn_linear_forward(em_nn_linear *l, em_tensor *x)
+{
+    static const char op[] = "em_nn_linear_forward";
+    EM_PROPAGATE_NULL(x);
+    EM_CHECK(x->ndim >= 1 && x->shape[x->ndim - 1] == l->in_features, op,
+             "input %s does not end in in_features %lld (weight %s)", em__shape_str(x), (long long)l->in_features,
+             em__shape_str(l->weight));
+    EM_CHECK(x->dtype == l->weight->dtype, op, "input dtype %s differs from the weight's %s", em_dtype_name(x->dtype),
+             em_dtype_name(l->weight->dtype));
+    em_tensor *y = NULL;
+    em_scope_begin();
+    /* [..., in] as one [rows, in] GEMM: a single call instead of a batch of small ones */
+    em_tensor *x2 = x->ndim == 2 ? x : em_reshape(x, 2, (int64_t[]){-1, l->in_features});
+    em_tensor *r = em_matmul(x2, em_transpose(l->weight, 0, 1));
+    if (l->bias) r = em_add(r, l->bias);
+    if (r && x->ndim != 2) {
+        int64_t shape[EM_MAX_DIMS];
+        memcpy(shape, x->shape, sizeof(int64_t) * (size_t)x->ndim);
+        shape[x->ndim - 1] = l->out_features;
+        r = em_view(r, x->ndim, shape);
+    }
+    if (r) y = em_keep(r);
+    em_scope_end();
+    return y;
+}
+
+/* ---- Embedding ---------------------------------------------------------------------- */
+
+em_nn_embedding *em_nn_embedding_new(int64_t num, int64_t dim, const em_nn_embedding_opts *opts)
+{
+    em_nn_embedding_opts o = opts ? *opts : (em_nn_embedding_opts){0};
+    int64_t pad = -1;
+    if (o.has_padding_idx) pad = o.padding_idx < 0 ? o.padding_idx + num : o.padding_idx;
+    if (num <= 0 || dim <= 0 || dtype_check(o.dtype) || (o.has_padding_idx && (pad < 0 || pad >= num))) {
+        em__misuse("em_nn_embedding_new",
+                   "expected num_embeddings > 0, dim > 0, a float dtype and padding_idx within [-%lld, %lld), got %lld, "
+                   "%lld, %s, padding_idx %lld",
+                   (long long)num, (long long)num, (long long)num, (long long)dim, em_dtype_name(o.dtype),
+                   (long long)o.padding_idx);
+        return NULL;
+    }
+    em_nn_embedding *e = em__module_alloc(sizeof *e, "Embedding");
+    if (!e) return NULL;
+    e->num_embeddings = num;
+    e->dim = dim;
+    e->padding_idx = pad;
+    e->frozen = o.frozen;
+    e->weight = em__new_param(&e->base, "weight", 2, (int64_t[]){num, dim}, o.dtype, o.device, o.frozen);
+    if (!e->weight) {
+        em_module_free(&e->base);
+        return NULL;
+    }
+    EM_NO_GRAD {
+        em_normal_(e->weight, 0.0, 1.0);
+        if (pad >= 0) EM_SCOPE { em_fill_(em_select(e->weight, 0, pad), 0.0); }
+    }
+    return e;
+}
+
+em_tensor *em_nn_embedding_forward(em_nn_embedding *e, em_tensor *ids)
+{
+    return em__embedding_ex(e->weight, ids, e->padding_idx);
+}
+
+/* ---- LayerNorm --------------------------------------------------------------------------- */
+
+em_nn_layer_norm *em_nn_layer_norm_new(int64_t dim, const em_nn_layer_norm_opts *opts)
+{
+    em_nn_layer_norm_opts o = opts ? *opts : (em_nn_layer_norm_opts){0};
+    double eps = em__opt(o.eps, 1e-5);
+    if (dim <= 0 || dtype_check(o.dtype) || !(eps >= 0)) {
+        em__misuse("em_nn_layer_norm_new", "expected dim > 0, eps >= 0 and a float dtype, got %lld, %g, %s",
+                   (long long)dim, eps, em_dtype_name(o.dtype));
+        return NULL;
+    }
+    em_nn_layer_norm *ln = em__module_alloc(sizeof *ln, "LayerNorm");
+    if (!ln) return NULL;
+    ln->dim = dim;
+    ln->eps = eps;
+    if (!o.no_affine) {
+        ln->weight = em__new_param(&ln->base, "weight", 1, &dim, o.dtype, o.device, false);
+        ln->bias = em__new_param(&ln->base, "bias", 1, &dim, o.dtype, o.device, false);
+        if (!ln->weight || !ln->bias) {
+            em_module_free(&ln->base);
+            return NULL;
+        }
+        EM_NO_GRAD {
+            em_fill_(ln->weight, 1.0);
+            em_fill_(ln->bias, 0.0);
+        }
+    }
+    return ln;
+}
+
+em_tensor *em_nn_layer_norm_forward(em_nn_layer_norm *ln, em_tensor *x)
+{
+    EM_PROPAGATE_NULL(x);
+    EM_CHECK(x->ndim >= 1 && x->shape[x->ndim - 1] == ln->dim, "em_nn_layer_norm_forward",
+             "input %s does not end in the normalized dim %lld", em__shape_str(x), (long long)ln->dim);
+    return em_layer_norm(x, ln->weight, ln->bias, ln->eps, NULL, NULL);
+}
+
+/* ---- Dropout --------------------------------------------------------------------------------- */
+
+em_nn_dropout *em_nn_dropout_new(double p)
+{
+    if (!(p >= 0.0 && p <= 1.0)) {
+        em__misuse("em_nn_dropout_new", "p must be in [0, 1], got %g", p);
+        return NULL;
+    }
+    em_nn_dropout *d = em__module_alloc(sizeof *d, "Dropout");
+    if (d) d->p = p;
+    return d;
+}
+
+void em__dropout_key(int64_t n, uint64_t *seed, uint64_t *offset)
+{
+    /* em_dropout uses counters offset + e/4 for element e */
+    *offset = em_rng_reserve((uint64_t)(n + 3) / 4);
+    *seed = em_get_seed();
+}
+
+em_tensor *em_nn_dropout_forward(em_nn_dropout *d, em_tensor *x)
+{
+    EM_PROPAGATE_NULL(x);
+    if (!d->base.training || d->p == 0.0) return em__pass_through(x);
+    if (d->p == 1.0) return em_mul_scalar(x, 0.0);   /* torch: all zeros */
+    uint64_t seed, off;
+    em__dropout_key(em_numel(x), &seed, &off);
+    return em_dropout(x, d->p, seed, off, NULL);
+}
+
+/* ---- activations --------------------------------------------------------------------------------- */
+
+static const struct { const char *name; em_activation act; } act_names[] = {
+    {"gelu", EM_ACT_GELU},          {"relu", EM_ACT_RELU}, {"gelu_new", EM_ACT_GELU_TANH},
+    {"gelu_pytorch_tanh", EM_ACT_GELU_TANH}, {"silu", EM_ACT_SILU}, {"swish", EM_ACT_SILU},
+    {"tanh", EM_ACT_TANH},
+};
+
+const char *em__activation_name(em_activation act)
+{
+    for (size_t i = 0; i < sizeof act_names / sizeof *act_names; i++)
+        if (act_names[i].act == act) return act_names[i].name;
+    return "?";
+}
+
+bool em__activation_parse(const char *name, em_activation *out)
+{
+    for (size_t i = 0; i < sizeof act_names / sizeof *act_names; i++)
+        if (!strcmp(act_names[i].name, name)) {
+            *out = act_names[i].act;
+            return true;
+        }
+    return false;
+}
+
+em_tensor *em__activation(em_activation act, em_tensor *x)
+{
+    switch (act) {
+    case EM_ACT_GELU: return em_gelu(x);
+    case EM_ACT_RELU: return em_relu(x);
+    case EM_ACT_GELU_TANH: return em_gelu_tanh(x);
+    case EM_ACT_SILU: {
+        em_tensor *r = NULL;
+        em_scope_begin();
+        em_tensor *y = em_mul(x, em_sigmoid(x));
+        if (y) r = em_keep(y);
+        em_scope_end();
+        return r;
+    }
+    case EM_ACT_TANH: return em_tanh(x);
+    }
+    em__misuse("em_nn_activation_forward", "unknown activation %d", (int)act);
+    return NULL;
+}
+
+em_nn_activation *em_nn_activation_new(em_activation act)
+{
+    static const char *types[] = {"GELU", "ReLU", "GELU", "SiLU", "Tanh"};
+    if ((unsigned)act > EM_ACT_TANH) {
+        em__misuse("em_nn_activation_new", "unknown activation %d", (int)act);
+        return NULL;
+    }
+    em_nn_activation *a = em__module_alloc(sizeof *a, types[act]);
+    if (a) a->act = act;
+    return a;
+}
+
+em_nn_activation *em_nn_relu_new(void) { return em_nn_activation_new(EM_ACT_RELU); }
+em_nn_activation *em_nn_gelu_new(bool tanh_approx) { return em_nn_activation_new(tanh_approx ? EM_ACT_GELU_TANH : EM_ACT_GELU); }
+em_tensor *em_nn_activation_forward(em_nn_activation *a, em_tensor *x) { return em__activation(a->act, x); }
+
+/* ---- Hugging Face init ---------------------------------------------------------------------------- */
+
+static void hf_init_one(em_module *m, void *user)
+{
+    double std = *(double *)user;
+    EM_NO_GRAD {
+        if (!strcmp(m->type, "Linear")) {
+            em_nn_linear *l = (em_nn_linear *)m;
+            em_normal_(l->weight, 0.0, std);
+            if (l->bias) em_fill_(l->bias, 0.0);
+        } else if (!strcmp(m->type, "Embedding")) {
+            em_nn_embedding *e = (em_nn_embedding *)m;
+            if (!e->frozen) {
+                em_normal_(e->weight, 0.0, std);
+                if (e->padding_idx >= 0) EM_SCOPE { em_fill_(em_select(e->weight, 0, e->padding_idx), 0.0); }
+            }
+        } else if (!strcmp(m->type, "LayerNorm")) {
+            em_nn_layer_norm *ln = (em_nn_layer_norm *)m;
+            if (ln->weight) em_fill_(ln->weight, 1.0);
+            if (ln->bias) em_fill_(ln->bias, 0.0);
+        }
+    }
+}
+
+void em__hf_init(em_module *m, double std)
+{
+    /* torch's apply order: children first, so the draws follow registration order */
+    em_module_apply(m, hf_init_one, &std);
+}

@@ -1,0 +1,96 @@
+/* ember — nn/ internals shared by layers.c, attention.c, distilbert.c, bert.c
+ * and pretrained.c. Not installed. */
+#ifndef EMBER_NN_INTERNAL_H
+#define EMBER_NN_INTERNAL_H
+
+#include "nn/nn.h"
+
+#include <cjson/cJSON.h>
+
+/* ---- small helpers ------------------------------------------------------------- */
+/* A heap-allocated module of `size` bytes (zeroed) whose base is initialized
+ * with type and a destroy that frees the block; NULL + EM_ERR_OOM. */
+void *em__module_alloc(size_t size, const char *type);
+/* Registers child under name; on NULL child (a failed constructor) returns
+ * false so constructors can unwind with em_module_free(parent). */
+bool em__add_child(em_module *parent, const char *name, void *child);
+/* A new parameter (or persistent buffer when frozen) [ndim, shape] of dt on
+ * dev, registered under name; NULL on OOM. */
+em_tensor *em__new_param(em_module *m, const char *name, int ndim, const int64_t *shape, em_dtype dt,
+                         em_device dev, bool frozen);
+/* Reference to t owned by the current scope (forward functions that pass
+ * their input through, like dropout in eval mode). */
+em_tensor *em__pass_through(em_tensor *t);
+/* Resolves an option whose zero means "default": +0.0 -> def; anything else,
+ * EM_ZERO (-0.0) included, is kept, so resolving twice changes nothing. */
+static inline double em__opt(double v, double def) { return v == 0.0 && !__builtin_signbit(v) ? def : v; }
+
+/* ---- activation ------------------------------------------------------------------- */
+em_tensor *em__activation(em_activation act, em_tensor *x);
+/* The HF name of an activation ("gelu", "relu", "gelu_new", ...). */
+const char *em__activation_name(em_activation act);
+/* Parses an HF hidden_act/activation string; false when unknown. */
+bool em__activation_parse(const char *name, em_activation *out);
+
+/* ---- attention core --------------------------------------------------------------- */
+/* The bool [B,1,1,S] attend-mask from an attention_mask [B,S] (bool, or
+ * integers: nonzero = attend), or NULL when mask is NULL. Misuse names op. */
+em_tensor *em__attention_mask4(em_tensor *mask, int64_t B, int64_t S, const char *op);
+/* Multi-head attention from projected q, k, v [B,S,D] split into n_heads:
+ * returns the merged context [B,S,D] (before the output projection).
+ * dropout_p applies to the attention weights (0 in eval). */
+em_tensor *em__mha_core(em_tensor *q, em_tensor *k, em_tensor *v, em_tensor *mask4, int64_t n_heads,
+                        double dropout_p);
+/* DistilBERT's attention and block with a ready [B,1,1,S] mask (or NULL);
+ * x is checked by the caller. */
+em_tensor *em__mhsa_forward4(em_nn_mhsa *a, em_tensor *x, em_tensor *mask4);
+em_tensor *em__block_forward4(em_nn_transformer_block *b, em_tensor *x, em_tensor *mask4);
+/* Draws (seed, first counter) for a dropout over n elements from the global stream. */
+void em__dropout_key(int64_t n, uint64_t *seed, uint64_t *offset);
+
+/* ---- Hugging Face init --------------------------------------------------------------- */
+/* PreTrainedModel._init_weights over a module tree: Linear weight N(0, std)
+ * and bias 0; Embedding N(0, std) with the padding row zeroed (frozen
+ * embeddings are left alone); LayerNorm weight 1, bias 0. */
+void em__hf_init(em_module *m, double std);
+
+/* ---- architectures (pretrained.c drives them) ------------------------------------------ */
+typedef enum em__head { EM__HEAD_BASE = 0, EM__HEAD_SEQCLS } em__head;
+
+/* One model family: how to read and write its config.json, and build it. */
+typedef struct em__arch {
+    const char *model_type;     /* "distilbert" */
+    const char *prefix;         /* base_model_prefix: "distilbert" */
+    const char *class_name[2];  /* per em__head: "DistilBertModel", "DistilBertForSequenceClassification" */
+    size_t config_size;
+    /* Fills *cfg (config_size bytes) with the defaults, then the fields of
+     * json; EM_ERR_FORMAT/EM_ERR_UNSUPPORTED naming path and field. */
+    em_status (*parse)(const cJSON *json, const char *path, void *cfg);
+    /* Adds the family's fields to json (model_type, architectures and labels are added by the caller). */
+    bool (*write)(cJSON *json, const em_module *m);
+    /* Builds a freshly initialized model (unflattened); NULL on OOM or EM_ERR_INVALID for a bad config. */
+    em_module *(*build)(const void *cfg, em__head head);
+    /* The resolved config of a model of this family. */
+    const void *(*config_of)(const em_module *m);
+} em__arch;
+
+extern const em__arch em__distilbert_arch, em__bert_arch;
+/* The family and head of a model built by ember, or NULL. */
+const em__arch *em__arch_of(const em_module *m, em__head *head);
+
+/* JSON field readers: absent keys leave *out unchanged and return EM_OK; a
+ * present key of the wrong type or range is EM_ERR_FORMAT naming path and key. */
+em_status em__json_int(const cJSON *j, const char *path, const char *key, int64_t lo, int64_t *out);
+em_status em__json_num(const cJSON *j, const char *path, const char *key, double lo, double hi, double *out);
+em_status em__json_bool(const cJSON *j, const char *path, const char *key, bool *out);
+em_status em__json_activation(const cJSON *j, const char *path, const char *key, em_activation *out);
+/* num_labels from id2label (its size) or num_labels; problem_type. */
+em_status em__json_labels(const cJSON *j, const char *path, int *num_labels, em_problem_type *pt);
+
+/* ---- the shared sequence-classification loss ------------------------------------------ */
+/* HF's loss selection: problem_type (resolved and stored on first use from
+ * num_labels and the labels' dtype), then MSE / cross-entropy / BCE-with-logits. */
+em_tensor *em__seqcls_loss(em_tensor *logits, em_tensor *labels, int num_labels, em_problem_type *pt,
+                           const char *op);
+
+#endif

@@ -1,0 +1,36 @@
+#!/bin/sh
+# ember config / ember launch: precedence (flags > environment > config file >
+# defaults), the mpirun command line, and clear errors for bad config files.
+# Usage: test_launch.sh PATH/TO/ember
+set -u
+ember=$1
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+export EMBER_CONFIG_FILE="$dir/cfg/default_config.yaml"
+unset EMBER_MIXED_PRECISION EMBER_NUM_PROCESSES EMBER_GRADIENT_ACCUMULATION_STEPS EMBER_USE_CPU
+pass=0; fail=0
+check() {  # name, command output, expected substring
+  if printf '%s' "$2" | grep -qF -- "$3"; then pass=$((pass + 1)); echo "ok - $1"
+  else fail=$((fail + 1)); echo "not ok - $1: expected '$3' in:"; printf '%s\n' "$2"; fi
+}
+
+"$ember" config --num_processes 3 --mixed_precision bf16 >/dev/null
+check "config writes YAML" "$(cat "$EMBER_CONFIG_FILE")" "num_processes: 3"
+check "config file used" "$("$ember" launch --quiet --dry_run ./prog 2>&1)" "mpirun -np 3"
+check "env beats config" "$(EMBER_NUM_PROCESSES=2 "$ember" launch --quiet --dry_run ./prog 2>&1)" "mpirun -np 2"
+check "flag beats env" "$(EMBER_NUM_PROCESSES=2 "$ember" launch --quiet --dry_run --num_processes 4 ./prog 2>&1)" "mpirun -np 4"
+out=$(EMBER_MIXED_PRECISION=fp16 "$ember" launch --dry_run --mixed_precision no ./prog a 2>&1)
+check "table shows the source" "$out" "mixed_precision                flag         no"
+check "program args pass through" "$out" "OMP_NUM_THREADS ./prog a"
+check "one process runs the program directly" "$("$ember" launch --quiet --dry_run --num_processes 1 ./prog x 2>&1)" "./prog x"
+printf 'num_processes: 2\nbogus_key: 1\n' > "$dir/bad.yaml"
+out=$("$ember" launch --config_file "$dir/bad.yaml" ./prog 2>&1); rc=$?
+check "unknown key names file:line" "$out" "$dir/bad.yaml:2: unknown setting 'bogus_key'"
+check "unknown key exits 2" "rc=$rc" "rc=2"
+printf 'num_processes: [1\n' > "$dir/syntax.yaml"
+check "YAML syntax error names the file" "$("$ember" launch --config_file "$dir/syntax.yaml" ./prog 2>&1)" "$dir/syntax.yaml:"
+check "bad flag value" "$("$ember" launch --mixed_precision fp8 ./prog 2>&1)" "invalid value 'fp8' for mixed_precision"
+check "multi-machine needs a hostfile" "$("$ember" launch --num_machines 2 --num_processes 4 ./prog 2>&1)" "needs --hostfile"
+check "real run on 2 ranks" "$("$ember" launch --quiet --num_processes 2 sh -c 'echo rank=$OMPI_COMM_WORLD_RANK' 2>&1 | sort | tr '\n' ' ')" "rank=0 rank=1"
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
