@@ -52,7 +52,7 @@ struct em_tensor;
     /* GELU_BWD, GELU_TANH_BWD: in[0]=x, in[1]=dy (x's shape) -> out[0]=dy * gelu'(x) */ \
     X(GELU_BWD) X(GELU_TANH_BWD)                                                         \
     /* LAYER_NORM: in[0]=x [R,D] contiguous, in[1]=w [D] or NULL, in[2]=b or NULL,       \
-       f[0]=eps -> out[0]=y, out[1]=mean f32 [R], out[2]=rstd f32 [R].                   \
+       f[0]=eps -> out[0]=y, out[1]=mean, out[2]=rstd [R] (f32; f64 for f64 x).                   \
        LAYER_NORM_BWD: in[0]=dy, in[1]=x, in[2]=mean, in[3]=rstd, in[4]=w or NULL        \
        -> out[0]=dx, out[1]=dw or NULL, out[2]=db or NULL */                             \
     X(LAYER_NORM) X(LAYER_NORM_BWD)                                                      \
