@@ -4,6 +4,7 @@
 #define EMBER_H
 
 #include "tensor/tensor.h"
+#include "amp/amp.h"
 #include "autograd/autograd.h"
 #include "nn/nn.h"
 #include "optim/optim.h"

@@ -375,8 +375,12 @@ static void accumulate(em_node *n, em_tensor *g)
     struct em_autograd_meta *m = leaf->ag;
     if (g->dtype != leaf->dtype) g = em_to_dtype(g, leaf->dtype);
     if (!m->grad) {
-        em_tensor *c = em_clone(g);
-        m->grad = em_retain(c);
+        /* Steal g when nothing else can see it (like PyTorch's AccumulateGrad):
+         * one reference (the engine's buffer or the node's scope), the only
+         * view of its storage, dense from the start of the storage. Else copy. */
+        bool own = g->refcount == 1 && g->storage->refcount == 1 && g->offset == 0 && em_is_contiguous(g) &&
+                   g->storage->nbytes == (size_t)em_numel(g) * em_dtype_size(g->dtype) && !g->ag;
+        m->grad = own ? em_retain(g) : em_retain(em_clone(g));
     } else if (em_is_contiguous(m->grad)) {
         em_kargs k = {.op = EM_OP_ADD, .in = {m->grad, g}, .out = {m->grad}, .inplace = true};
         em__dispatch(&k);

@@ -297,10 +297,26 @@ static void bw_extreme(em_node *n, em_tensor *const *g, em_tensor **gin)
 /* The kernel's operands are [B..,M,K] x [B..,K,N] (the front-end made 1-d
  * operands 2-d and broadcast batch dims with recorded views, whose own rules
  * undo that), so the rule is the 2-d one, batched. */
+/* An operand stored transposed (x W^T: W^T is a view with unit stride on its
+ * rows) gets its gradient in the same layout, as (g^T a)^T, so that the view's
+ * rule hands the leaf a contiguous gradient (no transposing copy). */
+static bool is_transposed(const em_tensor *t)
+{
+    return t->ndim >= 2 && t->stride[t->ndim - 2] == 1 && t->stride[t->ndim - 1] != 1 && t->shape[t->ndim - 2] > 1;
+}
+
 static void bw_matmul(em_node *n, em_tensor *const *g, em_tensor **gin)
 {
-    if (NEEDS(0)) gin[0] = em__sum_to(em_matmul(g[0], em_transpose(IN(1), -1, -2)), GEOM(0));
-    if (NEEDS(1)) gin[1] = em__sum_to(em_matmul(em_transpose(IN(0), -1, -2), g[0]), GEOM(1));
+    if (NEEDS(0)) {
+        em_tensor *d = is_transposed(IN(0)) ? em_transpose(em_matmul(IN(1), em_transpose(g[0], -1, -2)), -1, -2)
+                                            : em_matmul(g[0], em_transpose(IN(1), -1, -2));
+        gin[0] = em__sum_to(d, GEOM(0));
+    }
+    if (NEEDS(1)) {
+        em_tensor *d = is_transposed(IN(1)) ? em_transpose(em_matmul(em_transpose(g[0], -1, -2), IN(0)), -1, -2)
+                                            : em_matmul(em_transpose(IN(0), -1, -2), g[0]);
+        gin[1] = em__sum_to(d, GEOM(1));
+    }
 }
 
 /* ---- fused NN ops -------------------------------------------------------------------- */

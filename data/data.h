@@ -308,9 +308,10 @@ typedef struct em_batch_schedule {
     int64_t *offsets;   /* n_batches + 1 entries: batch k is indices[offsets[k] .. offsets[k+1]) */
     int64_t *indices;   /* dataset indices                                                     */
 } em_batch_schedule;
-/* EM_ERR_INVALID (message says why) on impossible options: batch_size < 0,
- * process_index outside [0, num_processes), split_batches with batch_size not
- * a multiple of num_processes, a negative epoch. On failure *out is zeroed. */
+/* opts may be NULL (defaults). EM_ERR_INVALID (the message names the option)
+ * on impossible options: a negative size or count, process_index outside
+ * [0, num_processes), split_batches with batch_size not a multiple of
+ * num_processes, a negative dataset_len or epoch. On failure *out is zeroed. */
 em_status em_batch_schedule_make(int64_t dataset_len, const em_dataloader_opts *opts, int64_t epoch,
                                  em_batch_schedule *out);
 void em_batch_schedule_free(em_batch_schedule *s);   /* zeroes *s; NULL is ok */
@@ -333,9 +334,10 @@ void em_batch_schedule_free(em_batch_schedule *s);   /* zeroes *s; NULL is ok */
  */
 typedef struct em_dataloader em_dataloader;
 
-/* ds must outlive the loader. EM_ERR_INVALID on impossible options (as
- * em_batch_schedule_make; also num_workers or prefetch_factor < 0), EM_ERR_OOM,
- * or a failure to start a thread. On failure *out is NULL. */
+/* ds must outlive the loader; opts may be NULL. EM_ERR_INVALID on impossible
+ * options (as em_batch_schedule_make), EM_ERR_OOM (also when a worker thread
+ * cannot start). On failure *out is NULL. One thread at a time calls a
+ * loader's functions (its workers are its own business). */
 em_status em_dataloader_new(const em_dataset *ds, const em_dataloader_opts *opts, em_dataloader **out);
 void em_dataloader_free(em_dataloader *dl);   /* joins the workers, drops prefetched batches; NULL is ok */
 

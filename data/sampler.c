@@ -174,8 +174,8 @@ static em_status epoch_order(int64_t n, uint64_t seed, int64_t epoch, int64_t **
     em_status st = EM_OK;
     em_scope_begin();
     em_tensor *perm = em_randperm(n, seed, (uint64_t)epoch << 40);
-    if (perm) memcpy(*out, em_data_ptr(perm), sizeof(int64_t) * (size_t)n);
-    else st = em_last_status() != EM_OK ? em_last_status() : EM_ERR_OOM;
+    if (!perm) st = em_last_status() != EM_OK ? em_last_status() : EM_ERR_OOM;
+    else if (n) memcpy(*out, em_data_ptr(perm), sizeof(int64_t) * (size_t)n);
     em_scope_end();
     if (st != EM_OK) {
         em__free(*out);

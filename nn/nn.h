@@ -97,6 +97,351 @@ em_status em_module_flatten(em_module *m);
 em_tensor *em_module_flat_params(const em_module *m, em_dtype dt);
 em_tensor *em_module_flat_grads(const em_module *m, em_dtype dt);
 
+/* ==== layers (nn/layers.c) ============================================================
+ * torch.nn's layers. Each embeds em_module first, so (em_module *)layer works
+ * with every em_module_* function, and em_module_free frees it (or its parent
+ * does, once registered as a child). Options: zero means the documented
+ * default; EM_ZERO asks for an actual 0 where 0 is not the default; an opts
+ * pointer may be NULL. Parameters are f32 on the CPU unless .dtype/.device say
+ * otherwise. Constructors return NULL with em_last_error() on OOM; bad sizes
+ * are misuse. Forward functions return results owned by the current scope. */
+#ifndef EM_ZERO
+#define EM_ZERO (-0.0)   /* also in optim/optim.h */
+#endif
+
+typedef struct em_nn_linear {
+    em_module base;
+    em_tensor *weight;   /* [out_features, in_features] (torch's layout) */
+    em_tensor *bias;     /* [out_features], or NULL with .no_bias */
+    int64_t in_features, out_features;
+} em_nn_linear;
+typedef struct em_nn_linear_opts {
+    bool no_bias;
+    em_dtype dtype;
+    em_device device;
+} em_nn_linear_opts;
+/* torch.nn.Linear; weight and bias start U(-1/sqrt(in), 1/sqrt(in)) as in torch. */
+em_nn_linear *em_nn_linear_new(int64_t in_features, int64_t out_features, const em_nn_linear_opts *opts);
+/* x [..., in] -> x W^T + b  [..., out]. */
+em_tensor *em_nn_linear_forward(em_nn_linear *l, em_tensor *x);
+
+typedef struct em_nn_embedding {
+    em_module base;
+    em_tensor *weight;       /* [num_embeddings, dim] */
+    int64_t num_embeddings, dim;
+    int64_t padding_idx;     /* -1: none */
+    bool frozen;             /* weight is a persistent buffer, not a parameter */
+} em_nn_embedding;
+typedef struct em_nn_embedding_opts {
+    bool has_padding_idx;    /* then padding_idx (negative counts from the end, as torch) */
+    int64_t padding_idx;
+    bool frozen;             /* torch's freeze=True: saved and loaded, never trained */
+    em_dtype dtype;
+    em_device device;
+} em_nn_embedding_opts;
+/* torch.nn.Embedding: weight N(0, 1), the padding_idx row zeroed; that row's
+ * gradient stays zero. */
+em_nn_embedding *em_nn_embedding_new(int64_t num_embeddings, int64_t dim, const em_nn_embedding_opts *opts);
+/* ids (i64 or i32, any shape) -> [..., dim]. An id outside [0, num_embeddings) is misuse. */
+em_tensor *em_nn_embedding_forward(em_nn_embedding *e, em_tensor *ids);
+
+typedef struct em_nn_layer_norm {
+    em_module base;
+    em_tensor *weight, *bias;   /* [dim] each, or NULL with .no_affine */
+    int64_t dim;
+    double eps;
+} em_nn_layer_norm;
+typedef struct em_nn_layer_norm_opts {
+    double eps;       /* default 1e-5 (torch); DistilBERT/BERT use 1e-12 */
+    bool no_affine;   /* torch's elementwise_affine=False */
+    em_dtype dtype;
+    em_device device;
+} em_nn_layer_norm_opts;
+/* torch.nn.LayerNorm over the last dim: weight 1, bias 0. */
+em_nn_layer_norm *em_nn_layer_norm_new(int64_t dim, const em_nn_layer_norm_opts *opts);
+em_tensor *em_nn_layer_norm_forward(em_nn_layer_norm *ln, em_tensor *x);
+
+typedef struct em_nn_dropout {
+    em_module base;
+    double p;
+} em_nn_dropout;
+/* torch.nn.Dropout(p); p outside [0, 1] is misuse. */
+em_nn_dropout *em_nn_dropout_new(double p);
+/* Training mode and p > 0: inverted dropout (keep with 1-p, scale 1/(1-p))
+ * with a mask drawn from the global Philox stream (em_set_seed replays it).
+ * Eval mode or p = 0: x itself (a new reference in the current scope). */
+em_tensor *em_nn_dropout_forward(em_nn_dropout *d, em_tensor *x);
+
+/* Activations, as Hugging Face's ACT2FN names them. */
+typedef enum em_activation {
+    EM_ACT_GELU = 0,     /* "gelu": exact erf form */
+    EM_ACT_RELU,         /* "relu" */
+    EM_ACT_GELU_TANH,    /* "gelu_new", "gelu_pytorch_tanh": tanh approximation */
+    EM_ACT_SILU,         /* "silu", "swish" */
+    EM_ACT_TANH,         /* "tanh" */
+} em_activation;
+typedef struct em_nn_activation {
+    em_module base;
+    em_activation act;
+} em_nn_activation;
+/* ReLU / GELU / ... as modules (type "ReLU", "GELU", ...); no parameters. */
+em_nn_activation *em_nn_activation_new(em_activation act);
+em_nn_activation *em_nn_relu_new(void);
+em_nn_activation *em_nn_gelu_new(bool tanh_approx);
+em_tensor *em_nn_activation_forward(em_nn_activation *a, em_tensor *x);
+
+/* ==== attention and the transformer block (nn/attention.c) ==============================
+ * DistilBERT's building blocks, with its parameter names. */
+typedef struct em_nn_mhsa {             /* MultiHeadSelfAttention */
+    em_module base;
+    em_nn_linear *q_lin, *k_lin, *v_lin, *out_lin;
+    em_nn_dropout *dropout;             /* on the attention weights */
+    int64_t dim, n_heads;
+} em_nn_mhsa;
+typedef struct em_nn_mhsa_opts {
+    double dropout;                     /* attention-weight dropout; default 0.1 (EM_ZERO: none) */
+    em_dtype dtype;
+    em_device device;
+} em_nn_mhsa_opts;
+/* dim must be a multiple of n_heads (misuse otherwise). */
+em_nn_mhsa *em_nn_mhsa_new(int64_t dim, int64_t n_heads, const em_nn_mhsa_opts *opts);
+/* x [B,S,dim]; mask NULL or [B,S] (bool, or integer with 1 = token, 0 =
+ * padding: padded keys get no attention) -> out_lin(softmax(q k^T/sqrt(Dh)) v) [B,S,dim].
+ * No dropout on the output (DistilBERT). */
+em_tensor *em_nn_mhsa_forward(em_nn_mhsa *a, em_tensor *x, em_tensor *mask);
+
+typedef struct em_nn_ffn {              /* FFN: lin2(act(lin1(x))) then dropout */
+    em_module base;
+    em_nn_dropout *dropout;
+    em_nn_linear *lin1, *lin2;
+    em_activation activation;
+} em_nn_ffn;
+typedef struct em_nn_ffn_opts {
+    double dropout;                     /* default 0.1 (EM_ZERO: none) */
+    em_activation activation;           /* default gelu */
+    em_dtype dtype;
+    em_device device;
+} em_nn_ffn_opts;
+em_nn_ffn *em_nn_ffn_new(int64_t dim, int64_t hidden_dim, const em_nn_ffn_opts *opts);
+em_tensor *em_nn_ffn_forward(em_nn_ffn *f, em_tensor *x);
+
+typedef struct em_nn_transformer_block {   /* post-LN, DistilBERT's TransformerBlock */
+    em_module base;
+    em_nn_mhsa *attention;
+    em_nn_layer_norm *sa_layer_norm;
+    em_nn_ffn *ffn;
+    em_nn_layer_norm *output_layer_norm;
+} em_nn_transformer_block;
+typedef struct em_nn_transformer_block_opts {
+    double dropout, attention_dropout;  /* default 0.1 each (EM_ZERO: none) */
+    double eps;                         /* both LayerNorms; default 1e-12 */
+    em_activation activation;           /* default gelu */
+    em_dtype dtype;
+    em_device device;
+} em_nn_transformer_block_opts;
+em_nn_transformer_block *em_nn_transformer_block_new(int64_t dim, int64_t n_heads, int64_t hidden_dim,
+                                                     const em_nn_transformer_block_opts *opts);
+/* h = sa_layer_norm(attention(x, mask) + x); out = output_layer_norm(ffn(h) + h). */
+em_tensor *em_nn_transformer_block_forward(em_nn_transformer_block *b, em_tensor *x, em_tensor *mask);
+
+/* ==== losses (nn/losses.c) =================================================================
+ * torch.nn.functional's losses, differentiable, reduction mean by default
+ * (em_reduction; EM_REDUCE_NONE returns per-element losses). */
+#define EM_IGNORE_CLASS_0 INT64_MIN   /* .ignore_index value that means "ignore class 0" */
+typedef struct em_cross_entropy_opts {
+    int64_t ignore_index;     /* 0: torch's default -100; EM_IGNORE_CLASS_0 for class 0 */
+    double label_smoothing;   /* in [0, 1]; default 0 */
+    em_reduction reduction;
+} em_cross_entropy_opts;
+/* logits [N, C], target i64/i32 [N] (class ids in [0, C) or ignore_index).
+ * The mean divides by the number of rows not ignored (NaN when all are). */
+em_tensor *em_cross_entropy_loss(em_tensor *logits, em_tensor *target, const em_cross_entropy_opts *opts);
+/* mean((input - target)^2); same shapes (or broadcastable as torch), float. */
+em_tensor *em_mse_loss(em_tensor *input, em_tensor *target, em_reduction reduction);
+/* mean(max(x,0) - x*y + log(1 + exp(-|x|))), stable for any x; y in [0, 1]
+ * of logits' shape and dtype. */
+em_tensor *em_bce_with_logits_loss(em_tensor *logits, em_tensor *target, em_reduction reduction);
+
+/* ==== DistilBERT (nn/distilbert.c) ===========================================================
+ * transformers' DistilBertModel and DistilBertForSequenceClassification: the
+ * same layout, defaults, init, dropout placement and checkpoint names
+ * (../shared/reference/accelerate-semantics.md §7). */
+typedef enum em_problem_type {
+    EM_PROBLEM_AUTO = 0,           /* None: inferred at the first loss, then kept (as HF does) */
+    EM_PROBLEM_REGRESSION,         /* "regression": MSE on squeezed logits */
+    EM_PROBLEM_SINGLE_LABEL,       /* "single_label_classification": cross-entropy */
+    EM_PROBLEM_MULTI_LABEL,        /* "multi_label_classification": BCE with logits */
+} em_problem_type;
+
+/* DistilBertConfig. Zero fields take HF's defaults (shown); EM_ZERO for a 0 dropout. */
+typedef struct em_distilbert_config {
+    int64_t vocab_size;               /* 30522 */
+    int64_t max_position_embeddings;  /* 512 */
+    bool sinusoidal_pos_embds;        /* false; true: fixed, never trained */
+    int64_t n_layers;                 /* 6 */
+    int64_t n_heads;                  /* 12 */
+    int64_t dim;                      /* 768 */
+    int64_t hidden_dim;               /* 3072 */
+    double dropout;                   /* 0.1 */
+    double attention_dropout;         /* 0.1 */
+    em_activation activation;         /* gelu */
+    double initializer_range;         /* 0.02 */
+    double qa_dropout;                /* 0.1 (kept for config.json; no QA head here) */
+    double seq_classif_dropout;       /* 0.2 */
+    int64_t pad_token_id;             /* 0 */
+    int num_labels;                   /* 2 */
+    em_problem_type problem_type;     /* auto */
+} em_distilbert_config;
+/* cfg with every zero field replaced by its default (cfg NULL: all defaults). */
+em_distilbert_config em_distilbert_config_resolve(const em_distilbert_config *cfg);
+
+typedef struct em_distilbert_embeddings {
+    em_module base;
+    em_nn_embedding *word_embeddings, *position_embeddings;
+    em_nn_layer_norm *LayerNorm;
+    em_nn_dropout *dropout;
+    em_tensor *position_ids;          /* non-persistent buffer [1, max_position_embeddings] */
+} em_distilbert_embeddings;
+
+typedef struct em_distilbert_model {   /* DistilBertModel */
+    em_module base;
+    em_distilbert_config config;       /* resolved */
+    em_distilbert_embeddings *embeddings;
+    em_nn_transformer_block **layer;   /* config.n_layers blocks: "transformer.layer.<i>" */
+} em_distilbert_model;
+
+typedef struct em_distilbert_seqcls {  /* DistilBertForSequenceClassification */
+    em_module base;
+    em_distilbert_config config;       /* resolved; problem_type set by the first loss */
+    em_distilbert_model *distilbert;
+    em_nn_linear *pre_classifier, *classifier;
+    em_nn_dropout *dropout;            /* seq_classif_dropout */
+    char **id2label;                   /* num_labels names, owned; NULL: "LABEL_<i>" */
+} em_distilbert_seqcls;
+
+/* Freshly initialized models (HF's _init_weights: N(0, initializer_range),
+ * biases 0, padding row 0, LayerNorms 1/0), parameters flattened into one
+ * buffer (em_module_flatten). NULL on OOM; a bad config (dim not a multiple
+ * of n_heads, ...) is misuse. */
+em_distilbert_model *em_distilbert_model_new(const em_distilbert_config *cfg);
+em_distilbert_seqcls *em_distilbert_seqcls_new(const em_distilbert_config *cfg);
+/* input_ids [B,S] (i64/i32, S <= max_position_embeddings), attention_mask
+ * NULL or [B,S] (1 token, 0 padding) -> last_hidden_state [B,S,dim]. */
+em_tensor *em_distilbert_model_forward(em_distilbert_model *m, em_tensor *input_ids, em_tensor *attention_mask);
+
+/* What a sequence classifier's forward takes and returns. Field names match
+ * data/'s em_batch. labels NULL: no loss. */
+typedef struct em_seqcls_inputs {
+    em_tensor *input_ids, *attention_mask, *token_type_ids, *labels;
+} em_seqcls_inputs;
+typedef struct em_seqcls_output {
+    em_tensor *logits;   /* [B, num_labels] */
+    em_tensor *loss;     /* 0-d, or NULL without labels */
+} em_seqcls_output;
+/* pooled = hidden[:, 0] -> pre_classifier -> ReLU -> dropout -> classifier;
+ * the loss as HF picks it: num_labels 1 -> MSE (regression); labels i64/i32 ->
+ * cross-entropy (ignore_index -100); float labels -> BCE with logits.
+ * token_type_ids is ignored (DistilBERT has none). */
+em_seqcls_output em_distilbert_seqcls_forward(em_distilbert_seqcls *m, const em_seqcls_inputs *in);
+
+/* ==== BERT (nn/bert.c) ============================================================================
+ * transformers' BertModel (token-type embeddings, optional pooler) and
+ * BertForSequenceClassification, enough for BERT-family checkpoints such as
+ * MiniLM. Post-LN like DistilBERT, but with dropout after each output dense. */
+typedef struct em_bert_config {
+    int64_t vocab_size;                  /* 30522 */
+    int64_t hidden_size;                 /* 768 */
+    int64_t num_hidden_layers;           /* 12 */
+    int64_t num_attention_heads;         /* 12 */
+    int64_t intermediate_size;           /* 3072 */
+    em_activation hidden_act;            /* gelu */
+    double hidden_dropout_prob;          /* 0.1 */
+    double attention_probs_dropout_prob; /* 0.1 */
+    int64_t max_position_embeddings;     /* 512 */
+    int64_t type_vocab_size;             /* 2 */
+    double initializer_range;            /* 0.02 */
+    double layer_norm_eps;               /* 1e-12 */
+    int64_t pad_token_id;                /* 0 */
+    double classifier_dropout;           /* 0 = None: hidden_dropout_prob */
+    bool no_pooler;                      /* BertModel(add_pooling_layer=False) */
+    int num_labels;                      /* 2 */
+    em_problem_type problem_type;        /* auto */
+} em_bert_config;
+em_bert_config em_bert_config_resolve(const em_bert_config *cfg);
+
+typedef struct em_bert_model em_bert_model;     /* BertModel ("embeddings", "encoder", "pooler") */
+typedef struct em_bert_seqcls {                 /* BertForSequenceClassification */
+    em_module base;
+    em_bert_config config;
+    em_bert_model *bert;
+    em_nn_dropout *dropout;
+    em_nn_linear *classifier;
+    char **id2label;                            /* as em_distilbert_seqcls */
+} em_bert_seqcls;
+em_bert_model *em_bert_model_new(const em_bert_config *cfg);
+em_bert_seqcls *em_bert_seqcls_new(const em_bert_config *cfg);
+/* -> last_hidden_state [B,S,hidden]; *pooled (tanh(dense(h[:,0])), [B,hidden])
+ * when pooled is non-NULL and the model has a pooler (else *pooled = NULL).
+ * token_type_ids NULL: zeros. */
+em_tensor *em_bert_model_forward(em_bert_model *m, em_tensor *input_ids, em_tensor *attention_mask,
+                                 em_tensor *token_type_ids, em_tensor **pooled);
+const em_bert_config *em_bert_model_config(const em_bert_model *m);
+em_seqcls_output em_bert_seqcls_forward(em_bert_seqcls *m, const em_seqcls_inputs *in);
+
+/* Either sequence classifier (DistilBERT or BERT), dispatched on m->type. */
+em_seqcls_output em_seqcls_forward(em_module *m, const em_seqcls_inputs *in);
+int em_seqcls_num_labels(const em_module *m);
+
+/* ==== checkpoints (nn/pretrained.c) ================================================================
+ * A transformers folder: config.json and model.safetensors, or a sharded
+ * model.safetensors.index.json with its shards. Bad input (a missing file,
+ * malformed JSON, a tensor of the wrong shape, an unknown model_type) returns
+ * an em_status with em_last_error() naming the file and the field or tensor;
+ * *out is then NULL and nothing leaks. */
+typedef struct em_pretrained_opts {
+    bool strict;                   /* missing or unexpected keys are an error (EM_ERR_INVALID) */
+    int num_labels;                /* 0: from config.json; else override (the head is then resized) */
+    bool ignore_mismatched_sizes;  /* a checkpoint tensor of another shape is skipped and reported,
+                                      and the parameter keeps its fresh init (HF's option) */
+} em_pretrained_opts;
+
+/* What loading did, like transformers' warnings. Lists are owned; free with em_load_report_free. */
+typedef struct em_load_report {
+    char *model_class;      /* "DistilBertForSequenceClassification" */
+    int n_loaded;
+    int n_missing;          /* parameters not in the checkpoint: freshly initialized */
+    char **missing;
+    int n_unexpected;       /* checkpoint tensors the model has no place for: not used */
+    char **unexpected;
+    int n_mismatched;       /* with ignore_mismatched_sizes: "name: checkpoint [a,b] vs model [c,d]" */
+    char **mismatched;
+} em_load_report;
+void em_load_report_free(em_load_report *r);
+/* Writes the report as readable lines ("Newly initialized (not in the
+ * checkpoint): pre_classifier.weight, ..."); nothing when all keys matched. */
+void em_load_report_print(const em_load_report *r, FILE *f);
+
+/* The sequence classifier that config.json's model_type names ("distilbert"
+ * or "bert"), like AutoModelForSequenceClassification. report may be NULL. */
+em_status em_seqcls_from_pretrained(const char *dir, const em_pretrained_opts *opts, em_module **out,
+                                    em_load_report *report);
+em_status em_distilbert_seqcls_from_pretrained(const char *dir, const em_pretrained_opts *opts,
+                                               em_distilbert_seqcls **out, em_load_report *report);
+em_status em_distilbert_model_from_pretrained(const char *dir, const em_pretrained_opts *opts,
+                                              em_distilbert_model **out, em_load_report *report);
+em_status em_bert_seqcls_from_pretrained(const char *dir, const em_pretrained_opts *opts, em_bert_seqcls **out,
+                                         em_load_report *report);
+em_status em_bert_model_from_pretrained(const char *dir, const em_pretrained_opts *opts, em_bert_model **out,
+                                        em_load_report *report);
+/* Writes dir/config.json (HF's field names, architectures, model_type,
+ * id2label/label2id, problem_type once known) and dir/model.safetensors
+ * (parameters and persistent buffers, f32, metadata format "pt"), each
+ * atomically (temporary file + rename); creates dir if needed. m is a model
+ * built by ember (any of the four classes). */
+em_status em_save_pretrained(const em_module *m, const char *dir);
+/* Sets the label names written as id2label (n must equal num_labels; names copied). */
+void em_seqcls_set_labels(em_module *m, int n, const char *const *names);
+
 #ifdef __cplusplus
 }
 #endif

@@ -169,7 +169,7 @@ static em_status slurp(const char *path, char **buf, size_t *len)
 static em_status read_json(const char *path, cJSON **out)
 {
     char *buf;
-    size_t len;
+    size_t len = 0;
     *out = NULL;
     em_status s = slurp(path, &buf, &len);
     if (s) return s;
@@ -182,7 +182,7 @@ static em_status read_json(const char *path, cJSON **out)
             if (buf[i] == '\n') line++, col = 1;
             else col++;
         }
-        s = em__fail(EM_ERR_FORMAT, "%s: malformed JSON at line %d, column %d (byte %zu)", path, line, col, off);
+        s = em__fail(EM_ERR_FORMAT, "%s: malformed JSON at line %d, column %d (byte %zu, where the parser stopped)", path, line, col, off);
     } else if (!cJSON_IsObject(j)) {
         s = em__fail(EM_ERR_FORMAT, "%s: expected a JSON object at the top level", path);
         cJSON_Delete(j);
@@ -293,6 +293,13 @@ static em_status ckpt_add_tensor(ckpt *c, const char *name, int file)
     return EM_OK;
 }
 
+static bool file_has(const em_safetensors *f, const char *name)
+{
+    for (int i = 0; i < em_safetensors_count(f); i++)
+        if (!strcmp(em_safetensors_name(f, i), name)) return true;
+    return false;
+}
+
 /* model.safetensors, else model.safetensors.index.json and its shards. */
 static em_status ckpt_open(const char *dir, ckpt *c)
 {
@@ -320,7 +327,7 @@ static em_status ckpt_open(const char *dir, ckpt *c)
             }
             int f;
             s = ckpt_add_file(c, dir, it->valuestring, &f);
-            if (!s && !em_safetensors_get_info(c->files[f], it->string))
+            if (!s && !file_has(c->files[f], it->string))
                 s = em__fail(EM_ERR_FORMAT, "%s: weight_map says \"%s\" is in %s, which does not hold it", index,
                              it->string, it->valuestring);
             if (!s) s = ckpt_add_tensor(c, it->string, f);
@@ -337,5 +344,475 @@ static em_status ckpt_open(const char *dir, ckpt *c)
     em__free(single);
     em__free(index);
     if (s) ckpt_free(c);
+    return s;
+}
+
+/* ---- the report ------------------------------------------------------------------------------ */
+
+static void list_free(char **l, int n)
+{
+    for (int i = 0; i < n; i++) em__free(l[i]);
+    em__free(l);
+}
+
+void em_load_report_free(em_load_report *r)
+{
+    if (!r) return;
+    em__free(r->model_class);
+    list_free(r->missing, r->n_missing);
+    list_free(r->unexpected, r->n_unexpected);
+    list_free(r->mismatched, r->n_mismatched);
+    *r = (em_load_report){0};
+}
+
+static bool list_push(char ***l, int *n, const char *s)
+{
+    char **nl = em__realloc(*l, sizeof *nl * (size_t)(*n + 1));
+    if (!nl) return false;
+    *l = nl;
+    if (!(nl[*n] = str_dup(s))) return false;
+    (*n)++;
+    return true;
+}
+
+static void print_list(FILE *f, const char *title, char **l, int n)
+{
+    if (!n) return;
+    fprintf(f, "%s (%d):", title, n);
+    for (int i = 0; i < n; i++) fprintf(f, "%s %s", i ? "," : "", l[i]);
+    fputc('\n', f);
+}
+
+void em_load_report_print(const em_load_report *r, FILE *f)
+{
+    if (!r->n_missing && !r->n_unexpected && !r->n_mismatched) return;
+    fprintf(f, "Loaded %d tensors into %s.\n", r->n_loaded, r->model_class ? r->model_class : "the model");
+    print_list(f, "Newly initialized, not in the checkpoint (train before use)", r->missing, r->n_missing);
+    print_list(f, "Not used, in the checkpoint but not in the model", r->unexpected, r->n_unexpected);
+    print_list(f, "Newly initialized, shape differs from the checkpoint", r->mismatched, r->n_mismatched);
+}
+
+/* ---- loading ------------------------------------------------------------------------------------ */
+
+const em__arch *em__arch_of(const em_module *m, em__head *head)
+{
+    for (int i = 0; i < N_ARCHS; i++)
+        for (int h = 0; h < 2; h++)
+            if (!strcmp(m->type, archs[i]->class_name[h])) {
+                if (head) *head = (em__head)h;
+                return archs[i];
+            }
+    return NULL;
+}
+
+/* The model's name for a checkpoint key, in buf: old "gamma"/"beta"
+ * LayerNorm names renamed, the base-model prefix added or dropped. */
+static const char *map_key(const char *key, const char *prefix, int prefix_mode, char *buf, size_t cap)
+{
+    size_t n = strlen(key), pl = strlen(prefix);
+    if (n + pl + 8 >= cap) return NULL;
+    if (prefix_mode > 0) snprintf(buf, cap, "%s.%s", prefix, key);                     /* add */
+    else if (prefix_mode < 0 && !strncmp(key, prefix, pl) && key[pl] == '.') snprintf(buf, cap, "%s", key + pl + 1);
+    else snprintf(buf, cap, "%s", key);
+    size_t bl = strlen(buf);
+    if (bl > 6 && !strcmp(buf + bl - 6, ".gamma")) strcpy(buf + bl - 6, ".weight");
+    else if (bl > 5 && !strcmp(buf + bl - 5, ".beta")) strcpy(buf + bl - 5, ".bias");
+    return buf;
+}
+
+static bool ends_with(const char *s, const char *suffix)
+{
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && !strcmp(s + a - b, suffix);
+}
+
+/* Copies the checkpoint's tensors into m's parameters and persistent buffers. */
+static em_status load_state(em_module *m, const em__arch *arch, em__head head, const ckpt *c, const char *dir,
+                            const em_pretrained_opts *o, em_load_report *r)
+{
+    em_named_tensors ps = em_module_named_parameters(m), bs = em_module_named_buffers(m, false);
+    int n_model = ps.n + bs.n;
+    bool *loaded = em__calloc((size_t)(n_model ? n_model : 1), 1);
+    em_status s = loaded ? EM_OK : em__fail(EM_ERR_OOM, "out of memory loading %s", dir);
+    /* does the checkpoint carry the base-model prefix ("distilbert.")? */
+    size_t pl = strlen(arch->prefix);
+    bool ck_prefixed = false;
+    for (int i = 0; i < c->n; i++)
+        if (!strncmp(c->names[i], arch->prefix, pl) && c->names[i][pl] == '.') ck_prefixed = true;
+    int prefix_mode = head == EM__HEAD_SEQCLS ? (ck_prefixed ? 0 : 1) : (ck_prefixed ? -1 : 0);
+    char buf[1024];
+    for (int i = 0; !s && i < c->n; i++) {
+        const char *key = c->names[i];
+        if (ends_with(key, "position_ids")) continue;   /* an old persistent buffer; HF ignores it too */
+        /* a head's key seen from the base model keeps its name and is simply unexpected */
+        const char *name = map_key(key, arch->prefix, prefix_mode, buf, sizeof buf);
+        em_tensor *dst = NULL;
+        int at = -1;
+        for (int k = 0; name && k < n_model && !dst; k++) {
+            em_named_tensor *nt = k < ps.n ? &ps.items[k] : &bs.items[k - ps.n];
+            if (!strcmp(nt->name, name)) dst = nt->tensor, at = k;
+        }
+        if (!dst) {
+            if (r && !list_push(&r->unexpected, &r->n_unexpected, key)) s = em__fail(EM_ERR_OOM, "out of memory");
+            continue;
+        }
+        em_scope_begin();
+        em_tensor *src = em_safetensors_get(c->files[c->file_of[i]], key);
+        if (!src) {
+            s = em_last_status() ? em_last_status() : EM_ERR_IO;
+        } else if (!em_dtype_is_float(src->dtype) && em_dtype_is_float(dst->dtype)) {
+            s = em__fail(EM_ERR_FORMAT, "%s/%s: tensor \"%s\" has dtype %s; the model expects floating point", dir,
+                         c->file_names[c->file_of[i]], key, em_dtype_name(src->dtype));
+        } else if (src->ndim != dst->ndim || memcmp(src->shape, dst->shape, sizeof(int64_t) * (size_t)dst->ndim)) {
+            char a[160], b[160];
+            snprintf(a, sizeof a, "%s", em__shape_str(src));
+            snprintf(b, sizeof b, "%s", em__shape_str(dst));
+            if (o->ignore_mismatched_sizes) {
+                char line[1400];
+                snprintf(line, sizeof line, "%s: checkpoint %s vs model %s", name, a, b);
+                if (r && !list_push(&r->mismatched, &r->n_mismatched, line)) s = em__fail(EM_ERR_OOM, "out of memory");
+            } else {
+                s = em__fail(EM_ERR_INVALID, "%s/%s: tensor \"%s\" has shape %s but the model expects %s for \"%s\"%s",
+                             dir, c->file_names[c->file_of[i]], key, a, b, name,
+                             ends_with(name, "classifier.weight") || ends_with(name, "classifier.bias")
+                                 ? " (another num_labels? set ignore_mismatched_sizes to re-initialize the head)"
+                                 : "");
+            }
+        } else {
+            EM_NO_GRAD { em_copy_(dst, src); }
+            loaded[at] = true;
+            if (r) r->n_loaded++;
+        }
+        em_scope_end();
+    }
+    for (int k = 0; !s && k < n_model; k++)
+        if (!loaded[k] && r && !list_push(&r->missing, &r->n_missing, k < ps.n ? ps.items[k].name : bs.items[k - ps.n].name))
+            s = em__fail(EM_ERR_OOM, "out of memory");
+    if (!s && o->strict) {
+        int n_missing = 0, n_unexpected = 0;
+        const char *first_missing = NULL, *first_unexpected = NULL;
+        for (int k = 0; k < n_model; k++)
+            if (!loaded[k] && !n_missing++) first_missing = k < ps.n ? ps.items[k].name : bs.items[k - ps.n].name;
+        for (int i = 0; i < c->n; i++) {
+            const char *name = map_key(c->names[i], arch->prefix, prefix_mode, buf, sizeof buf);
+            bool found = ends_with(c->names[i], "position_ids");
+            for (int k = 0; name && k < n_model && !found; k++)
+                found = !strcmp(k < ps.n ? ps.items[k].name : bs.items[k - ps.n].name, name);
+            if (!found && !n_unexpected++) first_unexpected = c->names[i];
+        }
+        if (n_missing || n_unexpected)
+            s = em__fail(EM_ERR_INVALID, "%s: strict loading into %s failed: %d missing keys%s%s%s, %d unexpected keys%s%s%s",
+                         dir, arch->class_name[head], n_missing, first_missing ? " (first: " : "",
+                         first_missing ? first_missing : "", first_missing ? ")" : "", n_unexpected,
+                         first_unexpected ? " (first: " : "", first_unexpected ? first_unexpected : "",
+                         first_unexpected ? ")" : "");
+    }
+    em__free(loaded);
+    em_named_tensors_free(&ps);
+    em_named_tensors_free(&bs);
+    return s;
+}
+
+static char ***labels_slot(em_module *m, int **n)
+{
+    em__head head;
+    const em__arch *a = em__arch_of(m, &head);
+    if (!a || head != EM__HEAD_SEQCLS) return NULL;
+    if (a == &em__distilbert_arch) {
+        em_distilbert_seqcls *s = (em_distilbert_seqcls *)m;
+        *n = &s->config.num_labels;
+        return &s->id2label;
+    }
+    em_bert_seqcls *s = (em_bert_seqcls *)m;
+    *n = &s->config.num_labels;
+    return &s->id2label;
+}
+
+/* The shared loader: want_arch NULL accepts any family. */
+static em_status from_pretrained(const char *dir, const em_pretrained_opts *opts, const em__arch *want_arch,
+                                 em__head head, em_module **out, em_load_report *report)
+{
+    em_pretrained_opts o = opts ? *opts : (em_pretrained_opts){0};
+    *out = NULL;
+    if (report) *report = (em_load_report){0};
+    if (!dir) {
+        em__misuse("em_*_from_pretrained", "dir is NULL");
+        return EM_ERR_INVALID;
+    }
+    if (o.num_labels < 0) {
+        em__misuse("em_*_from_pretrained", "num_labels must be >= 0 (0: from config.json), got %d", o.num_labels);
+        return EM_ERR_INVALID;
+    }
+    char *cfg_path = path_join(dir, "config.json");
+    if (!cfg_path) return em__fail(EM_ERR_OOM, "out of memory");
+    cJSON *j = NULL;
+    const em__arch *arch = NULL;
+    void *cfg = NULL;
+    em_module *m = NULL;
+    ckpt c = {0};
+    em_load_report r = {0};
+    em_status s = read_json(cfg_path, &j);
+    if (!s) s = find_arch(j, cfg_path, &arch);
+    if (!s && want_arch && arch != want_arch)
+        s = em__fail(EM_ERR_INVALID, "%s: model_type is \"%s\", not \"%s\" (em_seqcls_from_pretrained loads either)",
+                     cfg_path, arch->model_type, want_arch->model_type);
+    if (!s && !(cfg = em__calloc(1, arch->config_size))) s = em__fail(EM_ERR_OOM, "out of memory");
+    if (!s) s = arch->parse(j, cfg_path, cfg);
+    int cfg_labels = 0;
+    if (!s) {   /* num_labels sits at the same place in neither config: set it through the resolved copy */
+        if (arch == &em__distilbert_arch) {
+            em_distilbert_config *dc = cfg;
+            cfg_labels = dc->num_labels;
+            if (o.num_labels) dc->num_labels = o.num_labels;
+        } else {
+            em_bert_config *bc = cfg;
+            cfg_labels = bc->num_labels;
+            if (o.num_labels) bc->num_labels = o.num_labels;
+        }
+    }
+    if (!s) s = ckpt_open(dir, &c);
+    if (!s && !(m = arch->build(cfg, head))) s = em_last_status() ? em_last_status() : EM_ERR_OOM;
+    if (!s && report && !(r.model_class = str_dup(arch->class_name[head]))) s = em__fail(EM_ERR_OOM, "out of memory");
+    if (!s) s = load_state(m, arch, head, &c, dir, &o, report ? &r : NULL);
+    if (!s && head == EM__HEAD_SEQCLS && (!o.num_labels || o.num_labels == cfg_labels)) {
+        int *n;
+        char ***slot = labels_slot(m, &n);
+        if (slot) *slot = labels_from_json(j, *n);
+    }
+    if (!s && em_module_flatten(m) != EM_OK) s = em__fail(EM_ERR_OOM, "out of memory flattening the parameters");
+    cJSON_Delete(j);
+    em__free(cfg);
+    em__free(cfg_path);
+    ckpt_free(&c);
+    if (s) {
+        em_module_free(m);
+        em_load_report_free(&r);
+        return s;
+    }
+    if (report) *report = r;
+    *out = m;
+    return EM_OK;
+}
+
+em_status em_seqcls_from_pretrained(const char *dir, const em_pretrained_opts *opts, em_module **out,
+                                    em_load_report *report)
+{
+    return from_pretrained(dir, opts, NULL, EM__HEAD_SEQCLS, out, report);
+}
+em_status em_distilbert_seqcls_from_pretrained(const char *dir, const em_pretrained_opts *opts,
+                                               em_distilbert_seqcls **out, em_load_report *report)
+{
+    return from_pretrained(dir, opts, &em__distilbert_arch, EM__HEAD_SEQCLS, (em_module **)out, report);
+}
+em_status em_distilbert_model_from_pretrained(const char *dir, const em_pretrained_opts *opts,
+                                              em_distilbert_model **out, em_load_report *report)
+{
+    return from_pretrained(dir, opts, &em__distilbert_arch, EM__HEAD_BASE, (em_module **)out, report);
+}
+em_status em_bert_seqcls_from_pretrained(const char *dir, const em_pretrained_opts *opts, em_bert_seqcls **out,
+                                         em_load_report *report)
+{
+    return from_pretrained(dir, opts, &em__bert_arch, EM__HEAD_SEQCLS, (em_module **)out, report);
+}
+em_status em_bert_model_from_pretrained(const char *dir, const em_pretrained_opts *opts, em_bert_model **out,
+                                        em_load_report *report)
+{
+    return from_pretrained(dir, opts, &em__bert_arch, EM__HEAD_BASE, (em_module **)out, report);
+}
+
+/* ---- sequence classifiers, either family ------------------------------------------------------------ */
+
+em_seqcls_output em_seqcls_forward(em_module *m, const em_seqcls_inputs *in)
+{
+    em__head head;
+    const em__arch *a = em__arch_of(m, &head);
+    if (!a || head != EM__HEAD_SEQCLS) {
+        em__misuse("em_seqcls_forward", "module of type %s is not a sequence classifier", m->type);
+        return (em_seqcls_output){0};
+    }
+    if (a == &em__distilbert_arch) return em_distilbert_seqcls_forward((em_distilbert_seqcls *)m, in);
+    return em_bert_seqcls_forward((em_bert_seqcls *)m, in);
+}
+
+int em_seqcls_num_labels(const em_module *m)
+{
+    int *n = NULL;
+    return labels_slot((em_module *)m, &n) ? *n : 0;
+}
+
+void em_seqcls_set_labels(em_module *m, int n, const char *const *names)
+{
+    int *nl = NULL;
+    char ***slot = labels_slot(m, &nl);
+    if (!slot || n != *nl || !names) {
+        em__misuse("em_seqcls_set_labels", "expected a sequence classifier and %d names, got %s and %d names",
+                   nl ? *nl : 0, m->type, n);
+        return;
+    }
+    char **l = em__calloc((size_t)n, sizeof *l);
+    bool ok = l != NULL;
+    for (int i = 0; ok && i < n; i++) ok = names[i] && (l[i] = str_dup(names[i]));
+    if (!ok) {   /* OOM: keep the old names */
+        if (l) list_free(l, n);
+        return;
+    }
+    if (*slot) list_free(*slot, n);
+    *slot = l;
+}
+
+/* ---- saving ---------------------------------------------------------------------------------------- */
+
+static int cmp_items(const void *a, const void *b)
+{
+    return strcmp((*(cJSON *const *)a)->string, (*(cJSON *const *)b)->string);
+}
+
+/* json.dumps(sort_keys=True), as transformers writes config.json. */
+static bool sort_object(cJSON *obj)
+{
+    int n = cJSON_GetArraySize(obj);
+    if (n < 2) return true;
+    cJSON **items = em__malloc(sizeof *items * (size_t)n);
+    if (!items) return false;
+    int i = 0;
+    for (cJSON *it = obj->child; it; it = it->next) items[i++] = it;
+    qsort(items, (size_t)n, sizeof *items, cmp_items);
+    for (i = 0; i < n; i++) {
+        items[i]->prev = i ? items[i - 1] : items[n - 1];   /* cJSON: child->prev is the last item */
+        items[i]->next = i + 1 < n ? items[i + 1] : NULL;
+    }
+    obj->child = items[0];
+    em__free(items);
+    return true;
+}
+
+static cJSON *config_json(const em_module *m, const em__arch *a, em__head head)
+{
+    cJSON *j = cJSON_CreateObject();
+    if (!j) return NULL;
+    cJSON *arr = cJSON_AddArrayToObject(j, "architectures");
+    bool ok = arr && cJSON_AddItemToArray(arr, cJSON_CreateString(a->class_name[head])) &&
+              cJSON_AddStringToObject(j, "model_type", a->model_type) && cJSON_AddStringToObject(j, "dtype", "float32") &&
+              a->write(j, m);
+    int *n = NULL;
+    char ***slot = ok ? labels_slot((em_module *)m, &n) : NULL;
+    if (slot) {
+        cJSON *id2 = cJSON_AddObjectToObject(j, "id2label"), *l2 = cJSON_AddObjectToObject(j, "label2id");
+        ok = id2 && l2;
+        for (int i = 0; ok && i < *n; i++) {
+            char key[24], def[32];
+            snprintf(key, sizeof key, "%d", i);
+            snprintf(def, sizeof def, "LABEL_%d", i);
+            const char *name = *slot ? (*slot)[i] : def;
+            ok = cJSON_AddStringToObject(id2, key, name) &&
+                 (cJSON_GetObjectItemCaseSensitive(l2, name) || cJSON_AddNumberToObject(l2, name, i));
+        }
+        ok = ok && sort_object(l2);
+        const em_problem_type pt = a == &em__distilbert_arch ? ((const em_distilbert_seqcls *)m)->config.problem_type
+                                                             : ((const em_bert_seqcls *)m)->config.problem_type;
+        if (ok && pt != EM_PROBLEM_AUTO) ok = cJSON_AddStringToObject(j, "problem_type", problem_names[pt]) != NULL;
+    }
+    if (ok) ok = sort_object(j);
+    if (!ok) {
+        cJSON_Delete(j);
+        return NULL;
+    }
+    return j;
+}
+
+/* Writes text to path through a temporary file, fsync and rename. */
+static em_status write_atomic(const char *path, const char *text)
+{
+    size_t n = strlen(path) + 32;
+    char *tmp = em__malloc(n);
+    if (!tmp) return em__fail(EM_ERR_OOM, "out of memory");
+    snprintf(tmp, n, "%s.tmp.%ld", path, (long)getpid());
+    em_status s = EM_OK;
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) {
+        s = em__fail(EM_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+    } else {
+        size_t len = strlen(text), off = 0;
+        while (off < len) {
+            ssize_t w = write(fd, text + off, len - off);
+            if (w < 0 && errno == EINTR) continue;
+            if (w <= 0) {
+                s = em__fail(EM_ERR_IO, "%s: write failed: %s", tmp, strerror(errno));
+                break;
+            }
+            off += (size_t)w;
+        }
+        if (!s && fsync(fd) != 0) s = em__fail(EM_ERR_IO, "%s: fsync failed: %s", tmp, strerror(errno));
+        if (close(fd) != 0 && !s) s = em__fail(EM_ERR_IO, "%s: close failed: %s", tmp, strerror(errno));
+        if (!s && rename(tmp, path) != 0) s = em__fail(EM_ERR_IO, "%s: rename failed: %s", path, strerror(errno));
+        if (s) unlink(tmp);
+    }
+    em__free(tmp);
+    return s;
+}
+
+/* cJSON_Print indents with tabs; transformers uses two spaces (tabs never
+ * appear inside printed strings: cJSON escapes them). */
+static char *two_space_indent(const char *src)
+{
+    size_t n = 0;
+    for (const char *p = src; *p; p++) n += *p == '\t' ? 2 : 1;
+    char *out = em__malloc(n + 2);
+    if (!out) return NULL;
+    char *o = out;
+    for (const char *p = src; *p; p++) {
+        if (*p == '\t' && p > src && p[-1] == ':') *o++ = ' ';
+        else if (*p == '\t') *o++ = ' ', *o++ = ' ';
+        else *o++ = *p;
+    }
+    *o++ = '\n';
+    *o = 0;
+    return out;
+}
+
+em_status em_save_pretrained(const em_module *m, const char *dir)
+{
+    em__head head;
+    const em__arch *a = m && dir ? em__arch_of(m, &head) : NULL;
+    if (!a) {
+        em__misuse("em_save_pretrained", "expected a DistilBERT or BERT model built by ember and a folder, got %s",
+                   m ? m->type : "NULL");
+        return EM_ERR_INVALID;
+    }
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+        return em__fail(EM_ERR_IO, "%s: cannot create the folder: %s", dir, strerror(errno));
+    em_status s = EM_OK;
+    /* the tensors: parameters, then persistent buffers, on the CPU */
+    em_named_tensors ps = em_module_named_parameters(m), bs = em_module_named_buffers(m, false);
+    int n = ps.n + bs.n;
+    const char **names = em__calloc((size_t)(n ? n : 1), sizeof *names);
+    em_tensor **ts = em__calloc((size_t)(n ? n : 1), sizeof *ts);
+    char *st_path = path_join(dir, "model.safetensors"), *cfg_path = path_join(dir, "config.json");
+    if (!names || !ts || !st_path || !cfg_path) s = em__fail(EM_ERR_OOM, "out of memory saving %s", dir);
+    em_scope_begin();
+    for (int i = 0; !s && i < n; i++) {
+        em_named_tensor *nt = i < ps.n ? &ps.items[i] : &bs.items[i - ps.n];
+        names[i] = nt->name;
+        ts[i] = em_detach(nt->tensor);
+        if (ts[i] && ts[i]->device.type != EM_DEVICE_CPU) ts[i] = em_to(ts[i], EM_CPU);
+        if (!ts[i]) s = em_last_status() ? em_last_status() : EM_ERR_OOM;
+    }
+    const char *mk[] = {"format"}, *mv[] = {"pt"};
+    if (!s) s = em_safetensors_save(st_path, n, names, ts, 1, mk, mv);
+    em_scope_end();
+    if (!s) {
+        cJSON *j = config_json(m, a, head);
+        char *text = j ? cJSON_Print(j) : NULL, *pretty = text ? two_space_indent(text) : NULL;
+        s = pretty ? write_atomic(cfg_path, pretty) : em__fail(EM_ERR_OOM, "out of memory writing %s", cfg_path);
+        em__free(pretty);
+        if (text) cJSON_free(text);
+        cJSON_Delete(j);
+    }
+    em__free(names);
+    em__free(ts);
+    em__free(st_path);
+    em__free(cfg_path);
+    em_named_tensors_free(&ps);
+    em_named_tensors_free(&bs);
     return s;
 }

@@ -10,10 +10,9 @@
  *
  * Scalars are computed in double as Python computes them (pow, not sqrt, for
  * the square root of the bias correction) and rounded once to the parameter
- * dtype; every tensor operation rounds to that dtype in torch's order. The
- * only difference from torch's vectorized kernels is that torch fuses lerp's
- * multiply-add (FMA) where the CPU has one: a rounding step of at most one ulp
- * in the first moment. One pass per span does all of it for each element. */
+ * dtype; every tensor operation rounds to that dtype in torch's order, with
+ * torch's fused multiply-adds where the CPU has FMA (optim_internal.h). One
+ * pass per span does all of it for each element. */
 #include "optim/optim_internal.h"
 
 #include <math.h>
@@ -29,10 +28,11 @@ typedef struct adamw_consts {
     double sign;       /* -1 with maximize (negation is exact)                  */
 } adamw_consts;
 
-/* lerp as torch's scalar form: base + coef*(g - m), with (base, coef) = (m, w)
- * or (g, -(1-w)); a + (-b)*c equals a - b*c exactly. */
-#define ADAMW_KERNEL(T, SQRT)                                                                                   \
-    static void adamw_##T(T *restrict p, const T *restrict g, T *restrict m, T *restrict v, T *restrict vmax,  \
+/* lerp as torch's: base + coef*(g - m), with (base, coef) = (m, w) or
+ * (g, w - 1) = (g, -(1-w)), fused where torch fuses (see optim_internal.h);
+ * addcmul v + ((1-beta2)*g)*g likewise. */
+#define ADAMW_KERNEL(NAME, T, SQRT, MADD, ATTR)                                                                 \
+    static ATTR void NAME(T *restrict p, const T *restrict g, T *restrict m, T *restrict v, T *restrict vmax,  \
                           int64_t b, int64_t e, const adamw_consts *c)                                         \
     {                                                                                                           \
         const T decay = (T)c->decay, w1 = (T)c->w1, coef = c->small ? w1 : -((T)1 - w1);                       \
@@ -42,8 +42,9 @@ typedef struct adamw_consts {
         if (vmax) {                                                                                             \
             for (int64_t i = b; i < e; i++) {                                                                   \
                 T gi = g[i] * sign, pi = p[i] * decay, mo = m[i];                                               \
-                T mi = (small ? mo : gi) + coef * (gi - mo);                                                    \
-                T vi = v[i] * beta2 + w2 * gi * gi;                                                             \
+                T mi = MADD(coef, gi - mo, small ? mo : gi);                                                    \
+                T vb = v[i] * beta2;                                                                            \
+                T vi = MADD(w2 * gi, gi, vb);                                                                   \
                 T mx = vmax[i];                                                                                 \
                 mx = (vi > mx || vi != vi) ? vi : mx;                                                           \
                 T d = SQRT(mx) / bc2s + eps;                                                                    \
@@ -55,8 +56,9 @@ typedef struct adamw_consts {
         } else {                                                                                                \
             for (int64_t i = b; i < e; i++) {                                                                   \
                 T gi = g[i] * sign, pi = p[i] * decay, mo = m[i];                                               \
-                T mi = (small ? mo : gi) + coef * (gi - mo);                                                    \
-                T vi = v[i] * beta2 + w2 * gi * gi;                                                             \
+                T mi = MADD(coef, gi - mo, small ? mo : gi);                                                    \
+                T vb = v[i] * beta2;                                                                            \
+                T vi = MADD(w2 * gi, gi, vb);                                                                   \
                 T d = SQRT(vi) / bc2s + eps;                                                                    \
                 p[i] = pi + neg_step * mi / d;                                                                  \
                 m[i] = mi;                                                                                      \
@@ -64,8 +66,10 @@ typedef struct adamw_consts {
             }                                                                                                   \
         }                                                                                                       \
     }
-ADAMW_KERNEL(float, sqrtf)
-ADAMW_KERNEL(double, sqrt)
+ADAMW_KERNEL(adamw_float, float, sqrtf, EM__MADD_PLAIN, )
+ADAMW_KERNEL(adamw_double, double, sqrt, EM__MADD_PLAIN, )
+ADAMW_KERNEL(adamw_float_fma, float, sqrtf, fmaf, EM__OPT_FMA_TARGET)
+ADAMW_KERNEL(adamw_double_fma, double, sqrt, fma, EM__OPT_FMA_TARGET)
 
 static void adamw_update(const em_optimizer *o, const em__group *g, const em__span *sp)
 {
@@ -88,11 +92,13 @@ static void adamw_update(const em_optimizer *o, const em__group *g, const em__sp
     if (sp->dtype == EM_F32) {
         float *p = sp->p, *m = sp->s[0], *v = sp->s[1], *vm = ams ? sp->s[2] : NULL;
         const float *gr = sp->g;
-        EM__OPT_PARALLEL(sp->n, ADAMW_GRAIN, adamw_float(p, gr, m, v, vm, b, e, &c));
+        if (em__opt_have_fma()) EM__OPT_PARALLEL(sp->n, ADAMW_GRAIN, adamw_float_fma(p, gr, m, v, vm, b, e, &c));
+        else EM__OPT_PARALLEL(sp->n, ADAMW_GRAIN, adamw_float(p, gr, m, v, vm, b, e, &c));
     } else {
         double *p = sp->p, *m = sp->s[0], *v = sp->s[1], *vm = ams ? sp->s[2] : NULL;
         const double *gr = sp->g;
-        EM__OPT_PARALLEL(sp->n, ADAMW_GRAIN, adamw_double(p, gr, m, v, vm, b, e, &c));
+        if (em__opt_have_fma()) EM__OPT_PARALLEL(sp->n, ADAMW_GRAIN, adamw_double_fma(p, gr, m, v, vm, b, e, &c));
+        else EM__OPT_PARALLEL(sp->n, ADAMW_GRAIN, adamw_double(p, gr, m, v, vm, b, e, &c));
     }
 }
 

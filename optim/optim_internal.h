@@ -72,6 +72,32 @@ em_optimizer *em__optimizer_new(const em__optim_kind *k, const em__group *defaul
 /* v, except that +0 means "default" and -0 (EM_ZERO) means 0. */
 double em__opt_value(double v, double def);
 
+/* FMA, as torch. PyTorch's AVX2/AVX-512 CPU kernels fuse `x + a*b`: lerp and
+ * add-with-alpha explicitly (vec::fmadd), addcmul by the compiler's
+ * contraction. On CPUs without FMA torch runs its default kernels, unfused.
+ * The optimizer kernels are compiled twice, unfused (ISO C: no contraction) and
+ * with EM__OPT_FMA_TARGET and explicit fma() where torch fuses, and dispatch on
+ * em__opt_have_fma(), so that trajectories agree with torch's bit for bit. */
+extern bool em__opt_plain;   /* tests: force the unfused kernels */
+#if defined(__x86_64__) || defined(__i386__)
+#define EM__OPT_FMA_TARGET __attribute__((target("avx2,fma")))
+static inline bool em__opt_have_fma(void)
+{
+    return !em__opt_plain && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+#else
+#define EM__OPT_FMA_TARGET
+static inline bool em__opt_have_fma(void)
+{
+#ifdef __FP_FAST_FMAF
+    return !em__opt_plain;
+#else
+    return false;
+#endif
+}
+#endif
+#define EM__MADD_PLAIN(a, b, c) ((a) * (b) + (c))
+
 /* Runs BODY with int64_t variables b, e bound to pieces of [0, n) on OpenMP
  * threads (one piece when n < grain or inside a parallel region). Pieces start
  * on multiples of 64 elements. */

@@ -17,6 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+bool em__opt_plain;
+
 double em__opt_value(double v, double def)
 {
     if (v == 0.0) return signbit(v) ? 0.0 : def;
@@ -527,20 +529,22 @@ static em_status load_group_meta(const em_optimizer *o, em_safetensors *st, cons
     const em__optim_kind *K = o->kind;
 #define GET(name) (snprintf(key, sizeof key, "param_groups.%d.%s", g, name), v = em_safetensors_metadata(st, key))
 #define BAD_META() em__fail(EM_ERR_FORMAT, "%s: metadata '%s' is missing or malformed (%s)", path, key, v ? v : "absent")
-    GET("params");
+    if (!GET("params")) return BAD_META();
     int n = 0;
-    for (const char *c = v; c && *c;) {
+    bool ids_ok = true;
+    for (const char *c = v; *c;) {
         char *end;
         long id = strtol(c, &end, 10);
-        if (end == c || id < 0 || id >= total || (*end && *end != ',')) return BAD_META();
+        if (end == c || (*end && *end != ',')) return BAD_META();
+        ids_ok &= id >= 0 && id < total;
         if (n < ng->n) ids[n] = (int)id;
         n++;
         c = *end ? end + 1 : end;
     }
-    if (!v) return BAD_META();
     if (n != ng->n)
         return em__fail(EM_ERR_INVALID, "%s: saved group %d has %d parameters, this optimizer's group %d has %d", path,
                         g, n, g, ng->n);
+    if (!ids_ok) return BAD_META();
     if (!GET("lr") || !parse_num(v, &ng->lr)) return BAD_META();
     if (!GET("weight_decay") || !parse_num(v, &ng->weight_decay)) return BAD_META();
     ng->has_initial_lr = GET("initial_lr") != NULL;

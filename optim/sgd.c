@@ -8,8 +8,8 @@
  *     p = p + (-lr) * g
  *
  * Scalars are rounded once to the parameter dtype, as torch rounds its Scalar
- * arguments; each operation rounds in torch's order (torch's vectorized add
- * with alpha fuses the multiply-add where the CPU has FMA: one ulp at most). */
+ * arguments; each operation rounds in torch's order, add-with-alpha fused
+ * (fma) where the CPU has FMA, as torch's kernels do (optim_internal.h). */
 #include "optim/optim_internal.h"
 
 #include <math.h>
@@ -21,9 +21,10 @@ typedef struct sgd_consts {
     bool first, nesterov;
 } sgd_consts;
 
-#define SGD_KERNEL(T)                                                                                           \
-    static void sgd_##T(T *restrict p, const T *restrict g, T *restrict buf, int64_t b, int64_t e,            \
-                        const sgd_consts *c)                                                                    \
+/* torch's add(x, y, alpha) is fma(y, alpha, x) where it fuses */
+#define SGD_KERNEL(NAME, T, MADD, ATTR)                                                                         \
+    static ATTR void NAME(T *restrict p, const T *restrict g, T *restrict buf, int64_t b, int64_t e,          \
+                          const sgd_consts *c)                                                                  \
     {                                                                                                           \
         const T sign = (T)c->sign, wd = (T)c->wd, mom = (T)c->momentum, damp1 = (T)c->damp1;                   \
         const T neg_lr = (T)c->neg_lr;                                                                          \
@@ -31,22 +32,25 @@ typedef struct sgd_consts {
         if (!buf) {                                                                                             \
             for (int64_t i = b; i < e; i++) {                                                                   \
                 T gi = g[i] * sign;                                                                             \
-                if (decay) gi = gi + wd * p[i];                                                                 \
-                p[i] = p[i] + neg_lr * gi;                                                                      \
+                if (decay) gi = MADD(p[i], wd, gi);                                                             \
+                p[i] = MADD(gi, neg_lr, p[i]);                                                                  \
             }                                                                                                   \
             return;                                                                                             \
         }                                                                                                       \
         for (int64_t i = b; i < e; i++) {                                                                       \
             T gi = g[i] * sign;                                                                                 \
-            if (decay) gi = gi + wd * p[i];                                                                     \
-            T bi = c->first ? gi : buf[i] * mom + damp1 * gi;                                                   \
+            if (decay) gi = MADD(p[i], wd, gi);                                                                 \
+            T bm = buf[i] * mom;                                                                                \
+            T bi = c->first ? gi : MADD(gi, damp1, bm);                                                         \
             buf[i] = bi;                                                                                        \
-            gi = c->nesterov ? gi + mom * bi : bi;                                                              \
-            p[i] = p[i] + neg_lr * gi;                                                                          \
+            gi = c->nesterov ? MADD(bi, mom, gi) : bi;                                                          \
+            p[i] = MADD(gi, neg_lr, p[i]);                                                                      \
         }                                                                                                       \
     }
-SGD_KERNEL(float)
-SGD_KERNEL(double)
+SGD_KERNEL(sgd_float, float, EM__MADD_PLAIN, )
+SGD_KERNEL(sgd_double, double, EM__MADD_PLAIN, )
+SGD_KERNEL(sgd_float_fma, float, fmaf, EM__OPT_FMA_TARGET)
+SGD_KERNEL(sgd_double_fma, double, fma, EM__OPT_FMA_TARGET)
 
 static void sgd_update(const em_optimizer *o, const em__group *g, const em__span *sp)
 {
@@ -63,11 +67,13 @@ static void sgd_update(const em_optimizer *o, const em__group *g, const em__span
     if (sp->dtype == EM_F32) {
         float *p = sp->p, *buf = mom ? sp->s[0] : NULL;
         const float *gr = sp->g;
-        EM__OPT_PARALLEL(sp->n, SGD_GRAIN, sgd_float(p, gr, buf, b, e, &c));
+        if (em__opt_have_fma()) EM__OPT_PARALLEL(sp->n, SGD_GRAIN, sgd_float_fma(p, gr, buf, b, e, &c));
+        else EM__OPT_PARALLEL(sp->n, SGD_GRAIN, sgd_float(p, gr, buf, b, e, &c));
     } else {
         double *p = sp->p, *buf = mom ? sp->s[0] : NULL;
         const double *gr = sp->g;
-        EM__OPT_PARALLEL(sp->n, SGD_GRAIN, sgd_double(p, gr, buf, b, e, &c));
+        if (em__opt_have_fma()) EM__OPT_PARALLEL(sp->n, SGD_GRAIN, sgd_double_fma(p, gr, buf, b, e, &c));
+        else EM__OPT_PARALLEL(sp->n, SGD_GRAIN, sgd_double(p, gr, buf, b, e, &c));
     }
 }
 

@@ -3,7 +3,11 @@
  *
  * Each op validates once (dtypes, devices, shapes), allocates the output in
  * the current scope and dispatches one kernel (contracts in ops.h). Operands
- * share one dtype (no type promotion); comparisons return EM_BOOL.
+ * share one dtype, with one promotion, torch's: a binary op given two
+ * different dtypes among f32, f16 and bf16 casts both to f32 first (recorded
+ * casts, so gradients flow back in each input's dtype); any other mismatch
+ * is misuse. Comparisons return EM_BOOL. In an autocast region (amp/), exp,
+ * log, rsqrt and pow compute in f32.
  */
 #include "tensor/tensor_internal.h"
 
@@ -79,11 +83,23 @@ static const char *rule_text(dtype_rule r)
     return r == FLOATING ? "a floating dtype (float32, float64, float16, bfloat16)" : "a numeric dtype (not bool)";
 }
 
+static bool is_16_or_32(em_dtype dt) { return dt == EM_F32 || dt == EM_F16 || dt == EM_BF16; }
+
 static em_tensor *binary(em_op op, const char *name, dtype_rule rule, em_tensor *a, em_tensor *b)
 {
+    a = em__autocast(op, 0, a);
+    b = em__autocast(op, 1, b);
     EM_PROPAGATE_NULL(a, b);
     EM_CHECK(em_device_eq(a->device, b->device), name, "device mismatch %s vs %s", dev_name(a->device),
              dev_name(b->device));
+    if (a->dtype != b->dtype && is_16_or_32(a->dtype) && is_16_or_32(b->dtype)) {
+        /* f32 with f16/bf16, or f16 with bf16: both in f32 */
+        em_scope_begin();
+        em_tensor *r = binary(op, name, rule, em_to_dtype(a, EM_F32), em_to_dtype(b, EM_F32));
+        if (r) em_keep(r);
+        em_scope_end();
+        return r;
+    }
     EM_CHECK(a->dtype == b->dtype, name, "dtype mismatch %s vs %s", em_dtype_name(a->dtype), em_dtype_name(b->dtype));
     EM_CHECK(accepts(rule, a->dtype), name, "needs %s, got %s", rule_text(rule), em_dtype_name(a->dtype));
     int nd;
@@ -128,12 +144,17 @@ static em_tensor *with_scalar(em_tensor *(*fn)(em_tensor *, em_tensor *), const 
 
 em_tensor *em_add_scalar(em_tensor *a, double s) { return with_scalar(em_add, "em_add_scalar", a, s); }
 em_tensor *em_mul_scalar(em_tensor *a, double s) { return with_scalar(em_mul, "em_mul_scalar", a, s); }
-em_tensor *em_pow_scalar(em_tensor *a, double s) { return with_scalar(em_pow, "em_pow_scalar", a, s); }
+/* In an autocast region a is cast to f32 first, so the exponent is not rounded to a's 16-bit dtype. */
+em_tensor *em_pow_scalar(em_tensor *a, double s)
+{
+    return with_scalar(em_pow, "em_pow_scalar", em__autocast(EM_OP_POW, 0, a), s);
+}
 
 /* ---- unary ops ----------------------------------------------------------------------- */
 
 static em_tensor *unary(em_op op, const char *name, dtype_rule rule, em_tensor *a)
 {
+    a = em__autocast(op, 0, a);
     EM_PROPAGATE_NULL(a);
     EM_CHECK(accepts(rule, a->dtype), name, "needs %s, got %s", rule_text(rule), em_dtype_name(a->dtype));
     return launch(op, 1, &a, a->ndim, a->shape, a->dtype, 0);

@@ -55,6 +55,8 @@ static em_tensor *prepare(em_tensor *x, int nd, const int64_t *bshape)
 
 em_tensor *em_matmul(em_tensor *a, em_tensor *b)
 {
+    a = em__autocast(EM_OP_MATMUL, 0, a);   /* in an autocast region: the low dtype */
+    b = em__autocast(EM_OP_MATMUL, 1, b);
     EM_PROPAGATE_NULL(a, b);
     EM_CHECK(em_device_eq(a->device, b->device), "em_matmul", "operands on different devices: %s %s and %s %s",
              em_device_str(a->device, (char[16]){0}), em__shape_str(a),

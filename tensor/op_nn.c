@@ -66,6 +66,7 @@ static em_tensor *keep_if(bool ok, em_tensor *r) { return ok && r ? em_keep(r) :
 
 static em_tensor *softmax_op(em_tensor *t, int dim, em_op opc, const char *op)
 {
+    t = em__autocast(opc, 0, t);   /* in an autocast region: f32 */
     EM_PROPAGATE_NULL(t);
     EM_CHECK(em_dtype_is_float(t->dtype), op, "expected a floating-point tensor, got %s %s",
              em_dtype_name(t->dtype), em__shape_str(t));
@@ -144,6 +145,11 @@ em_tensor *em_layer_norm(em_tensor *x, em_tensor *weight, em_tensor *bias, doubl
     static const char op[] = "em_layer_norm";
     if (mean) *mean = NULL;
     if (rstd) *rstd = NULL;
+    /* in an autocast region: f32 */
+    em_tensor *w32 = em__autocast(EM_OP_LAYER_NORM, 1, weight), *b32 = em__autocast(EM_OP_LAYER_NORM, 2, bias);
+    if ((weight && !w32) || (bias && !b32)) return NULL;
+    weight = w32, bias = b32;
+    x = em__autocast(EM_OP_LAYER_NORM, 0, x);
     EM_PROPAGATE_NULL(x);
     EM_CHECK(em_dtype_is_float(x->dtype), op, "expected a floating-point input, got %s %s",
              em_dtype_name(x->dtype), em__shape_str(x));
@@ -302,6 +308,7 @@ em_tensor *em__cross_entropy(em_tensor *logits, em_tensor *target, int64_t ignor
 {
     static const char op[] = "em_cross_entropy";
     if (lse) *lse = NULL;
+    logits = em__autocast(EM_OP_CROSS_ENTROPY, 0, logits);   /* in an autocast region: f32 */
     EM_PROPAGATE_NULL(logits, target);
     if (!check_ce(op, logits, target, ignore_index, red)) return NULL;
     em_dtype sdt = logits->dtype == EM_F64 ? EM_F64 : EM_F32;

@@ -82,6 +82,7 @@ static bool need_float(const char *op, const em_tensor *t)
 
 em_tensor *em_sum(em_tensor *t, int ndims, const int *dims, bool keepdim)
 {
+    t = em__autocast(EM_OP_SUM, 0, t);   /* in an autocast region: f32 */
     EM_PROPAGATE_NULL(t);
     int64_t mask = dims_mask("em_sum", t, ndims, dims);
     if (mask < 0) return NULL;
@@ -91,6 +92,7 @@ em_tensor *em_sum(em_tensor *t, int ndims, const int *dims, bool keepdim)
 
 em_tensor *em_mean(em_tensor *t, int ndims, const int *dims, bool keepdim)
 {
+    t = em__autocast(EM_OP_MEAN, 0, t);   /* in an autocast region: f32 */
     EM_PROPAGATE_NULL(t);
     int64_t mask = dims_mask("em_mean", t, ndims, dims);
     if (mask < 0 || !need_float("em_mean", t)) return NULL;
@@ -99,6 +101,7 @@ em_tensor *em_mean(em_tensor *t, int ndims, const int *dims, bool keepdim)
 
 em_tensor *em_var(em_tensor *t, int ndims, const int *dims, double correction, bool keepdim)
 {
+    t = em__autocast(EM_OP_VAR, 0, t);   /* in an autocast region: f32 */
     EM_PROPAGATE_NULL(t);
     int64_t mask = dims_mask("em_var", t, ndims, dims);
     if (mask < 0 || !need_float("em_var", t)) return NULL;
@@ -109,6 +112,7 @@ em_tensor *em_var(em_tensor *t, int ndims, const int *dims, double correction, b
 
 em_tensor *em_logsumexp(em_tensor *t, int ndims, const int *dims, bool keepdim)
 {
+    t = em__autocast(EM_OP_LOGSUMEXP, 0, t);   /* in an autocast region: f32 */
     EM_PROPAGATE_NULL(t);
     int64_t mask = dims_mask("em_logsumexp", t, ndims, dims);
     if (mask < 0 || !need_float("em_logsumexp", t)) return NULL;
@@ -117,6 +121,7 @@ em_tensor *em_logsumexp(em_tensor *t, int ndims, const int *dims, bool keepdim)
 
 em_tensor *em_norm(em_tensor *t, double p, int ndims, const int *dims, bool keepdim)
 {
+    t = em__autocast(EM_OP_NORM, 0, t);   /* in an autocast region: f32 */
     EM_PROPAGATE_NULL(t);
     int64_t mask = dims_mask("em_norm", t, ndims, dims);
     if (mask < 0 || !need_float("em_norm", t)) return NULL;

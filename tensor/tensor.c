@@ -7,6 +7,7 @@
 
 void (*em__ag_free_hook)(em_tensor *t);
 em_status (*em__record_hook)(const em_kargs *k);
+em_tensor *(*em__autocast_hook)(em_op op, int arg, em_tensor *t);
 
 /* ---- devices and threads ---------------------------------------------------- */
 bool em_device_eq(em_device a, em_device b) { return a.type == b.type && a.index == b.index; }

@@ -700,8 +700,10 @@ static void walk_table(em_table *t, const em_tokenizer *tok)
     em_table_free(t);
 }
 
-static void expect_clean(em_status st, em_table *t, const em_tokenizer *tok)
+static void expect_clean(em_status st, em_table **tp, const em_tokenizer *tok)
 {
+    em_table *t = *tp;
+    *tp = NULL;
     ck_assert_msg(st == EM_OK || st == EM_ERR_FORMAT || st == EM_ERR_NOT_FOUND, "%s: %s", em_status_name(st),
                   em_last_error());
     if (st) ck_assert_ptr_null(t);
@@ -766,13 +768,11 @@ START_TEST(test_fuzz_regress)
             files++;
             if (k < 2) {
                 em_status (*rd)(const char *, const em_table_opts *, em_table **) = k ? em_table_read_csv : em_table_read_tsv;
-                expect_clean(rd(path, NULL, &t), t, toks[0]);
-                t = NULL;
-                expect_clean(rd(path, &(em_table_opts){ .no_header = true }, &t), t, toks[0]);
+                expect_clean(rd(path, NULL, &t), &t, toks[0]);
+                expect_clean(rd(path, &(em_table_opts){ .no_header = true }, &t), &t, toks[0]);
             } else if (k == 2) {
-                expect_clean(em_table_read_jsonl(path, NULL, 0, &t), t, toks[0]);
-                t = NULL;
-                expect_clean(em_table_read_jsonl(path, fields, 2, &t), t, toks[0]);
+                expect_clean(em_table_read_jsonl(path, NULL, 0, &t), &t, toks[0]);
+                expect_clean(em_table_read_jsonl(path, fields, 2, &t), &t, toks[0]);
             } else {
                 size_t n;
                 char *s = read_all(path, &n);
@@ -791,11 +791,14 @@ END_TEST
 static Suite *make_suite(void)
 {
     Suite *s = suite_create("readers");
-    TCase *tc = tcase_create("readers");
+    TCase *tc = tcase_create("sst2");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_sst2_tables);
     tcase_add_test(tc, test_sst2_dataset);
     tcase_add_test(tc, test_threads_identical);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("formats");
     tcase_add_test(tc, test_tsv);
     tcase_add_test(tc, test_tsv_errors);
     tcase_add_test(tc, test_utf8_errors);
@@ -803,11 +806,22 @@ static Suite *make_suite(void)
     tcase_add_test(tc, test_csv_errors);
     tcase_add_test(tc, test_jsonl);
     tcase_add_test(tc, test_jsonl_errors);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("dataset");
+    tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_labels);
     tcase_add_test(tc, test_pairs_and_threads);
     tcase_add_test(tc, test_empty_pair);
     tcase_add_test(tc, test_fail_nth);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("fuzz");
+    tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_fuzz_regress);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("misuse");
     tu_add_misuse_test(tc, test_misuse_get);
     tu_add_misuse_test(tc, test_misuse_dataset_index);
     tu_add_misuse_test(tc, test_misuse_csv_delimiter);

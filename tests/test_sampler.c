@@ -96,7 +96,7 @@ START_TEST(test_fixture_grid)
     }
     free(line);
     fclose(f);
-    ck_assert_int_gt(n_rank_lines, 7000);   /* the whole grid was read */
+    ck_assert_int_gt(n_rank_lines, 6500);   /* the whole grid was read */
     ck_assert_int_gt(n_errors, 500);
     ck_assert_int_gt(n_overcount, 10);
 }
@@ -135,7 +135,7 @@ static void check_point(int64_t n, int64_t bs, int P, int dl, int even, int spli
     if (shuffle) {
         EM_SCOPE {
             em_tensor *perm = em_randperm(n, 1234, (uint64_t)epoch << 40);
-            memcpy(order, em_data_ptr(perm), sizeof(int64_t) * (size_t)n);
+            if (n) memcpy(order, em_data_ptr(perm), sizeof(int64_t) * (size_t)n);
         }
     } else {
         for (int64_t i = 0; i < n; i++) order[i] = i;

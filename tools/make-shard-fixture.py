@@ -38,7 +38,7 @@ assert torch.__version__.split("+")[0] == "2.15.0", torch.__version__
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURE = os.path.join(ROOT, "tests", "fixtures", "shard_grid.txt")
 
-NS = [0, 1, 2, 3, 5, 7, 8, 10, 13, 16, 17, 31, 33]
+NS = [0, 1, 2, 3, 5, 7, 8, 10, 13, 16, 17, 33]
 BATCH_SIZES = [1, 2, 3, 4, 6, 8]
 WORLDS = [1, 2, 3, 4, 8]
 

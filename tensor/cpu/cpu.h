@@ -20,4 +20,11 @@ void em_cpu_gemm(em_gemm_type t, bool trans_a, bool trans_b, int64_t m, int64_t 
                  double alpha, const void *a, int64_t lda, const void *b, int64_t ldb,
                  double beta, void *c, int64_t ldc);
 
+/* bf16 GEMM (gemm_bf16.c): C[m,n] = op(A) op(B), A and B bf16, f32 accumulation,
+ * C of c_dtype (EM_BF16 or EM_F32). _fast: oneDNN runs bf16 natively here (else
+ * the call converts to f32 and the matmul kernel prefers its own f32 path). */
+bool em_cpu_gemm_bf16_fast(void);
+em_status em_cpu_gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
+                           const void *b, int64_t ldb, void *c, em_dtype c_dtype, int64_t ldc);
+
 #endif

@@ -26,7 +26,7 @@
 /* Phi(x) comes from em__gelu_erff(x) / x, which keeps the forward kernel's
  * accuracy (5e-7 relative) and vectorizes; near 0 (where the quotient is
  * inexact or 0/0) Phi is 1/2 to far below f32 resolution. */
-static inline float gelu_grad_f32(float x)
+static inline __attribute__((always_inline)) float gelu_grad_f32(float x)
 {
     float phi_cdf = fabsf(x) < 1e-20f ? 0.5f : em__gelu_erff(x) / x;
     float pdf = (float)INV_SQRT_2PI * em__expf(-0.5f * x * x);

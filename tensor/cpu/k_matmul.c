@@ -6,8 +6,10 @@
  * Each batch matrix goes to em_cpu_gemm (gemm.c) as a pointer, a trans flag
  * and a leading dimension, whenever its layout allows ("direct"): one of its
  * two strides is 1 and the other a valid leading dimension. Otherwise, and
- * for f16/bf16 (computed in f32), the matrix is packed into a contiguous
- * scratch buffer of the compute type first. Broadcast (stride-0) batch dims
+ * for f16 (computed in f32: emulation), the matrix is packed into a contiguous
+ * scratch buffer of the compute type first. bf16 computes in bf16 with f32
+ * accumulation through oneDNN (gemm_bf16.c) where the CPU runs it natively,
+ * and like f16 elsewhere. Broadcast (stride-0) batch dims
  * are never materialized: a matrix shared by every batch index is packed
  * once, and A [B..,M,K] times a shared B is folded into one [B*M,K] GEMM when
  * A's rows are evenly strided across its batch dims.
@@ -58,7 +60,11 @@ static bool gemm_layout(int64_t rows, int64_t cols, int64_t s0, int64_t s1, bool
     return false;
 }
 
-static em_dtype compute_dtype(em_dtype dt) { return dt == EM_F64 ? EM_F64 : EM_F32; }
+static em_dtype compute_dtype(em_dtype dt)
+{
+    if (dt == EM_BF16 && em_cpu_gemm_bf16_fast()) return EM_BF16;
+    return dt == EM_F64 ? EM_F64 : EM_F32;
+}
 
 /* Packing stores the transpose when the matrix is column-contiguous, so the
  * copy reads and writes rows (and converts with em__convert_n). */
@@ -141,8 +147,9 @@ typedef struct plan {
     int64_t sb, sc, slot;
 } plan;
 
-/* One batch matrix: C[bi] = A[bi] B[bi], with this thread's scratch. */
-static void run_one(const plan *P, int64_t bi, char *scratch)
+/* One batch matrix: C[bi] = A[bi] B[bi], with this thread's scratch. Fails
+ * only when the bf16 GEMM's f32 fallback cannot get memory. */
+static em_status run_one(const plan *P, int64_t bi, char *scratch)
 {
     int64_t oa = 0, ob = 0, rem = bi;
     for (int d = P->nb - 1; d >= 0; d--) {
@@ -162,9 +169,12 @@ static void run_one(const plan *P, int64_t bi, char *scratch)
     else { pack(sb, &P->B, ob); pb = sb; }
     char *c = P->c + (size_t)(bi * P->M * P->N) * oes;
     bool direct_c = P->odt == P->cdt;
+    if (P->cdt == EM_BF16)   /* out is bf16 too: written directly */
+        return em_cpu_gemm_bf16(P->A.trans, P->B.trans, P->M, P->N, P->K, pa, P->A.ld, pb, P->B.ld, c, EM_BF16, P->N);
     em_cpu_gemm(P->cdt == EM_F64 ? EM_GEMM_F64 : EM_GEMM_F32, P->A.trans, P->B.trans, P->M, P->N, P->K,
                 1.0, pa, P->A.ld, pb, P->B.ld, 0.0, direct_c ? c : sc, P->N);
     if (!direct_c) em__convert_n(c, P->odt, sc, P->cdt, P->M * P->N);
+    return EM_OK;
 }
 
 int em_cpu_MATMUL(const em_kargs *k)
@@ -223,6 +233,7 @@ int em_cpu_MATMUL(const em_kargs *k)
         scratch = em__malloc(slot * (size_t)nthreads);
         if (!scratch) { em__free(shared); return EM_ERR_OOM; }
     }
+    em_status st = EM_OK;
     if (nthreads > 1) {
 #pragma omp parallel for num_threads(nthreads) schedule(static)
         for (int64_t bi = 0; bi < batch; bi++) {
@@ -231,12 +242,16 @@ int em_cpu_MATMUL(const em_kargs *k)
 #else
             char *mine = scratch;
 #endif
-            run_one(&P, bi, mine);
+            em_status e = run_one(&P, bi, mine);
+            if (e != EM_OK) {
+#pragma omp atomic write
+                st = e;
+            }
         }
     } else {
-        for (int64_t bi = 0; bi < batch; bi++) run_one(&P, bi, scratch);
+        for (int64_t bi = 0; bi < batch && st == EM_OK; bi++) st = run_one(&P, bi, scratch);
     }
     em__free(scratch);
     em__free(shared);
-    return EM_OK;
+    return st;
 }

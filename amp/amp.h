@@ -1,0 +1,181 @@
+/* ember — amp/: autocast regions and dynamic loss scaling (DESIGN.md §3 "amp").
+ *
+ * ---- Autocast ----------------------------------------------------------------
+ * Inside an autocast region each op runs in the dtype its policy names,
+ * whatever dtype its inputs arrive in; the casts are ordinary recorded ops
+ * (em_to_dtype), so autograd differentiates through them and gradients reach
+ * the f32 master weights in f32. The policy (per op, one table):
+ *   - low precision (the region's dtype, bf16 or f16): matmul, and so every
+ *     linear layer and both products of attention;
+ *   - f32: softmax, log_softmax, layer_norm, cross_entropy (the losses), the
+ *     reductions sum/mean/var/logsumexp/norm, and exp, log, pow, rsqrt. This
+ *     is PyTorch's CUDA list, and stricter than its CPU list (which lets
+ *     softmax, layer_norm, exp, pow and sum run in bf16) on purpose, on every
+ *     device: the numerically touchy ops never see 8-bit mantissas;
+ *   - every other op runs in the dtype it is given. A binary op given f32
+ *     and a 16-bit float computes in f32 (torch's promotion), in and out of
+ *     regions; f64 is never cast.
+ * Weights are cast once per region: a cast of an f32 tensor to the low dtype
+ * is cached, keyed by its storage, geometry and storage version (an in-place
+ * update, such as an optimizer step, makes the next use cast again). The
+ * cache drops an entry as soon as nothing but the cache holds its source, and
+ * is emptied when the outermost region ends. Casts made in no-grad mode of a
+ * tensor that carries autograd history are not cached (PyTorch caches them,
+ * and a later grad-mode forward in the same region then loses gradients).
+ *
+ * Regions nest: an inner region may switch the dtype, and a region of EM_F32
+ * turns autocast off inside it (torch's autocast(enabled=False)). The state
+ * is per thread. Backward normally runs after the region; run inside one, its
+ * ops follow the same policy.
+ *
+ * Ownership: casts follow the op rules (owned by the current scope); a cast
+ * made outside any scope belongs to the region and is released when the
+ * outermost region ends. Outputs of ops keep the op's dtype: a model wrapper
+ * returns em_autocast_output_f32(out) so that callers see f32.
+ *
+ * CPU speed: bf16 matmuls run through oneDNN with f32 accumulation where the
+ * CPU has AVX-512 BF16 (about 2x the f32 rate), and agree with f32 within
+ * 1e-2 relative. f16 matmuls on the CPU convert to f32 and compute in f32:
+ * that is emulation, for correctness and for testing fp16 loss scaling, not
+ * for speed.
+ *
+ * ---- GradScaler ---------------------------------------------------------------
+ * torch.amp.GradScaler, exactly (reference §5.1): the scale starts at
+ * init_scale (2^16), is multiplied by backoff_factor (0.5) after any step
+ * whose gradients held an inf or NaN, and by growth_factor (2) after
+ * growth_interval (2000) consecutive clean steps (unless that overflows f32).
+ * The scale is stored as f32 and updated with torch's arithmetic; unscaling
+ * multiplies each gradient by float(1 / double(scale)). It works on the CPU
+ * too: Accelerate silently ignores fp16 on the CPU; ember does not.
+ *
+ * Layering note: the scaler is the one part of amp/ that drives objects of
+ * the layers above it (it reads gradients through autograd's em_grad and
+ * steps optim's optimizer through its public API), as torch's does.
+ *
+ * Misuse (aborts through the handler) uses torch's messages, e.g.
+ * "unscale_() has already been called on this optimizer since the last
+ * update().". Outside failures return an em_status.
+ */
+#ifndef EMBER_AMP_H
+#define EMBER_AMP_H
+
+#include "tensor/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- autocast ------------------------------------------------------------------ */
+/* Opens a region on this thread: dtype EM_BF16 or EM_F16 runs matmul-class
+ * ops in it; EM_F32 turns autocast off until the matching end. Misuse for
+ * any other dtype. */
+void em_autocast_begin(em_dtype dtype);
+/* Closes the innermost region; the outermost one also empties the cast cache. */
+void em_autocast_end(void);
+/* EM_AUTOCAST_REGION(EM_BF16) { ... } — do not return/break out of the block. */
+#define EM_AUTOCAST_REGION(dtype) \
+    for (int em__ac_ = (em_autocast_begin(dtype), 0); !em__ac_; em__ac_ = (em_autocast_end(), 1))
+
+bool em_autocast_enabled(void);    /* inside a region whose dtype is not f32 */
+em_dtype em_autocast_dtype(void);  /* the innermost region's dtype; EM_F32 outside */
+int em_autocast_depth(void);       /* open regions on this thread */
+
+/* t as f32 (a recorded cast when t is bf16/f16, else t itself with one more
+ * reference), owned by the current scope: a model's outputs in f32. */
+em_tensor *em_autocast_output_f32(em_tensor *t);
+
+/* Counters of this thread, for tests and teaching. casts: casts the policy
+ * made (cached or not); cache_hits: uses served by the cache; cached: live
+ * cache entries now. */
+typedef struct em_autocast_stats {
+    int64_t casts, cache_hits, cached;
+} em_autocast_stats;
+em_autocast_stats em_autocast_stats_get(void);
+void em_autocast_stats_reset(void);   /* zeroes casts and cache_hits */
+
+/* ---- GradScaler ------------------------------------------------------------------ */
+typedef struct em_grad_scaler em_grad_scaler;
+struct em_optimizer;
+
+/* Zero fields take torch's defaults: init_scale 2^16, growth_factor 2,
+ * backoff_factor 0.5, growth_interval 2000. disabled: every call passes
+ * through (scale returns the loss, step just steps), as torch's enabled=False.
+ * Misuse: growth_factor <= 1 ("The growth factor must be > 1.0."),
+ * backoff_factor >= 1 ("The backoff factor must be < 1.0."), or a
+ * growth_interval or init_scale <= 0. */
+typedef struct em_grad_scaler_opts {
+    double init_scale;
+    double growth_factor;
+    double backoff_factor;
+    int64_t growth_interval;
+    bool disabled;
+} em_grad_scaler_opts;
+
+em_grad_scaler *em_grad_scaler_new(const em_grad_scaler_opts *opts);   /* opts may be NULL; NULL on OOM */
+void em_grad_scaler_free(em_grad_scaler *s);                            /* NULL is ok */
+
+/* loss * scale, a recorded op owned by the current scope (loss itself, one
+ * more reference, when disabled). Backward from it gives scaled gradients. */
+em_tensor *em_grad_scaler_scale(em_grad_scaler *s, em_tensor *loss);
+/* Divides the gradients of opt's parameters by the scale, in place, and
+ * records whether any of them held an inf or NaN. One fused OpenMP pass per
+ * run of gradients that are adjacent views of one buffer (a flat gradient
+ * buffer: one pass in all). Gradients may be f32, f64 or bf16 (computed in
+ * f32); f16 gradients are misuse ("Attempting to unscale FP16 gradients.":
+ * master weights must be f32). Misuse when called twice, or after step,
+ * before update(). Call it before clipping (em_grad_scaler_clip_grad_norm). */
+em_status em_grad_scaler_unscale_(em_grad_scaler *s, struct em_optimizer *opt);
+/* Unscales (unless done since the last update) and steps opt unless an inf
+ * or NaN was found. *stepped (may be NULL) tells whether it stepped: when it
+ * did not, do not step the LR scheduler either. Misuse when called twice
+ * before update(), or when opt has no gradient ("No inf checks were recorded
+ * for this optimizer."). The optimizer's own failure is returned. */
+em_status em_grad_scaler_step(em_grad_scaler *s, struct em_optimizer *opt, bool *stepped);
+/* Backs off or grows the scale from the steps since the last update, and
+ * forgets them. Misuse when no optimizer was unscaled or stepped since the
+ * last update ("No inf checks were recorded prior to update."). */
+void em_grad_scaler_update(em_grad_scaler *s);
+/* torch's update(new_scale): sets the scale (rounded to f32), leaves the
+ * growth tracker, forgets the steps. */
+void em_grad_scaler_update_to(em_grad_scaler *s, double new_scale);
+/* Unscales opt's gradients (as em_grad_scaler_unscale_, unless done since the
+ * last update) and clips them: em_optimizer_clip_grad_norm on true gradients. */
+em_status em_grad_scaler_clip_grad_norm(em_grad_scaler *s, struct em_optimizer *opt, double max_norm,
+                                        double *total_norm);
+
+/* Whether opt's last em_grad_scaler_step since the last update skipped. */
+bool em_grad_scaler_step_was_skipped(const em_grad_scaler *s, const struct em_optimizer *opt);
+bool em_grad_scaler_is_enabled(const em_grad_scaler *s);
+double em_grad_scaler_get_scale(const em_grad_scaler *s);   /* 1.0 when disabled */
+int64_t em_grad_scaler_growth_tracker(const em_grad_scaler *s);
+double em_grad_scaler_get_growth_factor(const em_grad_scaler *s);
+double em_grad_scaler_get_backoff_factor(const em_grad_scaler *s);
+int64_t em_grad_scaler_get_growth_interval(const em_grad_scaler *s);
+void em_grad_scaler_set_growth_factor(em_grad_scaler *s, double v);
+void em_grad_scaler_set_backoff_factor(em_grad_scaler *s, double v);
+void em_grad_scaler_set_growth_interval(em_grad_scaler *s, int64_t v);
+
+/* torch's state_dict(): the five values (all zero, enabled = false, for a
+ * disabled scaler, whose torch state_dict is empty). */
+typedef struct em_grad_scaler_state {
+    bool enabled;
+    double scale, growth_factor, backoff_factor;
+    int64_t growth_interval, growth_tracker;
+} em_grad_scaler_state;
+em_grad_scaler_state em_grad_scaler_state_dict(const em_grad_scaler *s);
+/* torch's load_state_dict: a no-op on a disabled scaler; a state from a
+ * disabled one is EM_ERR_INVALID ("The source state dict is empty, possibly
+ * because it was saved from a disabled instance of GradScaler."). */
+em_status em_grad_scaler_load_state_dict(em_grad_scaler *s, const em_grad_scaler_state *st);
+/* The state as a safetensors file with no tensors, like the schedulers':
+ * metadata "format" = "ember.grad_scaler/1", "enabled", and (when enabled)
+ * "scale", "growth_factor", "backoff_factor", "growth_interval",
+ * "_growth_tracker" (torch's keys; 17 significant digits). Atomic write.
+ * Loading a malformed file is EM_ERR_FORMAT and leaves the scaler unchanged. */
+em_status em_grad_scaler_state_save(const em_grad_scaler *s, const char *path);
+em_status em_grad_scaler_state_load(em_grad_scaler *s, const char *path);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,586 @@
+/* DistilBERT and BERT against Hugging Face transformers (fixtures made by
+ * tools/make-distilbert-fixture.py): logits, loss and every gradient of
+ * DistilBertForSequenceClassification; an MLM checkpoint loaded into the
+ * classifier; BertModel (MiniLM layout); save_pretrained round trips and the
+ * config.json transformers needs; sharded checkpoints; bad folders. */
+#include "check_util.h"
+
+#include <cjson/cJSON.h>
+#include <ftw.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* ---- helpers ------------------------------------------------------------------ */
+
+/* expr must return want; the message shows em_last_error() otherwise */
+#define ck_status(expr, want) do { em_status s_ = (expr); \
+    ck_assert_msg(s_ == (want), "%s -> %s (want %s): %s", #expr, em_status_name(s_), em_status_name(want), em_last_error()); } while (0)
+
+static char tmpdir[256];
+
+static void make_tmpdir(void)
+{
+    const char *root = getenv("TMPDIR");
+    snprintf(tmpdir, sizeof tmpdir, "%s/ember-db-XXXXXX", root && *root ? root : "/tmp");
+    ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+}
+static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb, (void)flag, (void)ftw;
+    return remove(p);
+}
+static void remove_tmpdir(void) { nftw(tmpdir, rm_one, 16, FTW_DEPTH | FTW_PHYS); }
+static const char *tpath(const char *name)
+{
+    static char bufs[4][512];
+    static int k;
+    char *b = bufs[k++ % 4];
+    snprintf(b, 512, "%s/%s", tmpdir, name);
+    return b;
+}
+static void write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    fputs(text, f);
+    ck_assert_int_eq(fclose(f), 0);
+}
+static char *read_text(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    ck_assert_ptr_nonnull(f);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc((size_t)n + 1);
+    ck_assert_uint_eq(fread(b, 1, (size_t)n, f), (size_t)n);
+    b[n] = 0;
+    fclose(f);
+    return b;
+}
+static void copy_file(const char *from, const char *to)
+{
+    char *t = NULL;
+    FILE *f = fopen(from, "rb");
+    ck_assert_ptr_nonnull(f);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    t = malloc((size_t)n);
+    ck_assert_uint_eq(fread(t, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    FILE *g = fopen(to, "wb");
+    ck_assert_ptr_nonnull(g);
+    ck_assert_uint_eq(fwrite(t, 1, (size_t)n, g), (size_t)n);
+    fclose(g);
+    free(t);
+}
+
+static em_safetensors *golden_file(const char *name)
+{
+    em_safetensors *st = NULL;
+    ck_assert_int_eq(em_safetensors_open(tu_fixture_path(name), &st), EM_OK);
+    return st;
+}
+
+/* max |got - ref| / max(max |ref|, floor): the normwise error of one tensor. */
+static double normwise_err(em_tensor *got, em_tensor *ref, double floor)
+{
+    ck_assert_int_eq(em_numel(got), em_numel(ref));
+    double *g = tu_to_doubles(got), *r = tu_to_doubles(ref), diff = 0, mx = floor;
+    for (int64_t i = 0; i < em_numel(ref); i++) {
+        diff = fmax(diff, fabs(g[i] - r[i]));
+        mx = fmax(mx, fabs(r[i]));
+    }
+    free(g);
+    free(r);
+    return diff / mx;
+}
+
+static bool same_tensor(em_tensor *a, em_tensor *b)
+{
+    if (a->ndim != b->ndim || memcmp(a->shape, b->shape, sizeof(int64_t) * (size_t)a->ndim) || a->dtype != b->dtype)
+        return false;
+    double *x = tu_to_doubles(a), *y = tu_to_doubles(b);
+    bool same = true;
+    for (int64_t i = 0; i < em_numel(a); i++) same = same && memcmp(&x[i], &y[i], sizeof *x) == 0;
+    free(x);
+    free(y);
+    return same;
+}
+
+static bool list_has(char **l, int n, const char *s)
+{
+    for (int i = 0; i < n; i++)
+        if (!strcmp(l[i], s)) return true;
+    return false;
+}
+
+/* ---- parity with transformers ------------------------------------------------------ */
+
+START_TEST(seqcls_logits_loss_and_every_gradient_match_hf)
+{
+    int64_t base = tu_live_bytes();
+    em_distilbert_seqcls *m = NULL;
+    em_load_report rep;
+    ck_status(em_distilbert_seqcls_from_pretrained(tu_fixture_path("distilbert-tiny"),
+                                                          &(em_pretrained_opts){.strict = true}, &m, &rep),
+                     EM_OK);
+    ck_assert_int_eq(rep.n_missing + rep.n_unexpected + rep.n_mismatched, 0);
+    ck_assert_int_eq(m->config.dim, 64);
+    ck_assert_int_eq(m->config.n_layers, 2);
+    ck_assert_int_eq(m->config.num_labels, 3);
+    ck_assert_str_eq(m->id2label[2], "positive");
+    ck_assert_int_eq(m->config.problem_type, EM_PROBLEM_SINGLE_LABEL);   /* written by HF's first loss */
+    em_module_train(&m->base, false);
+    em_safetensors *g = golden_file("distilbert_tiny_golden.safetensors");
+    int n_grads = 0;
+    EM_SCOPE {
+        em_seqcls_output out = em_distilbert_seqcls_forward(
+            m, &(em_seqcls_inputs){.input_ids = em_safetensors_get(g, "input_ids"),
+                                   .attention_mask = em_safetensors_get(g, "attention_mask"),
+                                   .labels = em_safetensors_get(g, "labels")});
+        ck_assert_int_eq(out.logits->shape[0], 4);
+        ck_assert_int_eq(out.logits->shape[1], 3);
+        double e_logits = normwise_err(out.logits, em_safetensors_get(g, "logits"), 0);
+        double e_logits64 = normwise_err(out.logits, em_safetensors_get(g, "logits64"), 0);
+        double e_loss = normwise_err(out.loss, em_safetensors_get(g, "loss"), 0);
+        ck_assert_msg(e_logits < 1e-5 && e_logits64 < 1e-5, "logits: %g vs HF f32, %g vs f64", e_logits, e_logits64);
+        ck_assert_msg(e_loss < 1e-5, "loss: relative error %g", e_loss);
+        em_backward(out.loss);
+        /* Gradients: per tensor, max |ember - HF| over max |HF| must stay under 1e-5.
+         * k_lin.bias has an exactly-zero gradient in exact arithmetic (softmax
+         * ignores a per-row constant), so both sides hold rounding noise: the
+         * normalizer is floored at 1e-3 of the largest gradient of the model. */
+        double scale = 0;
+        for (int i = 0; i < em_safetensors_count(g); i++)
+            if (!strncmp(em_safetensors_name(g, i), "grad.", 5))
+                scale = fmax(scale, em_item(em_max_all(em_abs(em_safetensors_get(g, em_safetensors_name(g, i))))));
+        em_named_tensors ps = em_module_named_parameters(&m->base);
+        for (int i = 0; i < ps.n; i++) {
+            char key[256];
+            snprintf(key, sizeof key, "grad.%s", ps.items[i].name);
+            em_tensor *ref = em_safetensors_get(g, key);
+            ck_assert_msg(ref != NULL, "no golden gradient for %s", ps.items[i].name);
+            em_tensor *got = em_grad(ps.items[i].tensor);
+            ck_assert_msg(got != NULL, "no gradient for %s", ps.items[i].name);
+            double e = normwise_err(got, ref, 1e-3 * scale);
+            ck_assert_msg(e < 1e-5, "gradient of %s: normwise error %g", ps.items[i].name, e);
+            n_grads++;
+        }
+        em_named_tensors_free(&ps);
+        /* the padding row of the word embeddings gets no gradient */
+        em_tensor *gw = em_grad(em_module_get(&m->base, "distilbert.embeddings.word_embeddings.weight"));
+        ck_assert_double_eq(em_item(em_max_all(em_abs(em_select(gw, 0, 0)))), 0.0);
+    }
+    ck_assert_int_eq(n_grads, 40);   /* every parameter of the HF model */
+    em_safetensors_close(g);
+    em_load_report_free(&rep);
+    em_module_free(&m->base);
+    ck_assert_int_eq(tu_live_bytes(), base);
+}
+END_TEST
+
+START_TEST(parameter_names_and_count_are_hf_s)
+{
+    em_safetensors *st = NULL;
+    ck_assert_int_eq(em_safetensors_open(tu_fixture_path("distilbert-tiny/model.safetensors"), &st), EM_OK);
+    em_distilbert_seqcls *m = em_distilbert_seqcls_new(&(em_distilbert_config){
+        .vocab_size = 1000, .max_position_embeddings = 64, .n_layers = 2, .n_heads = 4, .dim = 64, .hidden_dim = 256,
+        .num_labels = 3});
+    em_named_tensors ps = em_module_named_parameters(&m->base);
+    ck_assert_int_eq(ps.n, em_safetensors_count(st));
+    int64_t total = 0;
+    EM_SCOPE {
+        for (int i = 0; i < em_safetensors_count(st); i++) {
+            em_tensor *t = em_safetensors_get(st, em_safetensors_name(st, i)), *p = em_module_get(&m->base, em_safetensors_name(st, i));
+            ck_assert_msg(p != NULL, "ember has no %s", em_safetensors_name(st, i));
+            ck_assert_int_eq(p->ndim, t->ndim);
+            for (int d = 0; d < p->ndim; d++) ck_assert_int_eq(p->shape[d], t->shape[d]);
+            total += em_numel(t);
+        }
+    }
+    ck_assert_int_eq(em_module_num_parameters(&m->base, false), total);
+    ck_assert_str_eq(ps.items[0].name, "distilbert.embeddings.word_embeddings.weight");
+    ck_assert_str_eq(ps.items[ps.n - 1].name, "classifier.bias");
+    /* the non-persistent position_ids buffer is not part of the checkpoint */
+    ck_assert_ptr_null(em_module_get(&m->base, "distilbert.embeddings.position_ids"));
+    em_named_tensors_free(&ps);
+    em_safetensors_close(st);
+    em_module_free(&m->base);
+}
+END_TEST
+
+/* ---- save_pretrained ------------------------------------------------------------------ */
+
+static const cJSON *field(const cJSON *j, const char *k)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, k);
+    ck_assert_msg(v != NULL, "config.json lacks \"%s\"", k);
+    return v;
+}
+
+START_TEST(save_pretrained_round_trip_and_config_fields)
+{
+    int64_t base = tu_live_bytes();
+    make_tmpdir();
+    em_distilbert_seqcls *m = NULL, *m2 = NULL;
+    ck_status(em_distilbert_seqcls_from_pretrained(tu_fixture_path("distilbert-tiny"), NULL, &m, NULL), EM_OK);
+    const char *dir = tpath("saved");
+    ck_status(em_save_pretrained(&m->base, dir), EM_OK);
+    /* reload strictly: identical tensors, names and labels */
+    ck_status(em_distilbert_seqcls_from_pretrained(dir, &(em_pretrained_opts){.strict = true}, &m2, NULL), EM_OK);
+    em_named_tensors a = em_module_named_parameters(&m->base), b = em_module_named_parameters(&m2->base);
+    ck_assert_int_eq(a.n, b.n);
+    for (int i = 0; i < a.n; i++) {
+        ck_assert_str_eq(a.items[i].name, b.items[i].name);
+        ck_assert_msg(same_tensor(a.items[i].tensor, b.items[i].tensor), "%s changed in the round trip", a.items[i].name);
+    }
+    em_named_tensors_free(&a);
+    em_named_tensors_free(&b);
+    ck_assert_str_eq(m2->id2label[0], "negative");
+    ck_assert_int_eq(m2->config.problem_type, EM_PROBLEM_SINGLE_LABEL);
+    /* the file holds exactly HF's keys and metadata format "pt" */
+    em_safetensors *st = NULL, *ref = NULL;
+    char stp[600];
+    snprintf(stp, sizeof stp, "%s/model.safetensors", dir);
+    ck_assert_int_eq(em_safetensors_open(stp, &st), EM_OK);
+    ck_assert_int_eq(em_safetensors_open(tu_fixture_path("distilbert-tiny/model.safetensors"), &ref), EM_OK);
+    ck_assert_int_eq(em_safetensors_count(st), em_safetensors_count(ref));
+    for (int i = 0; i < em_safetensors_count(ref); i++) {
+        bool found = false;
+        for (int k = 0; k < em_safetensors_count(st); k++) found |= !strcmp(em_safetensors_name(st, k), em_safetensors_name(ref, i));
+        ck_assert_msg(found, "saved file lacks %s", em_safetensors_name(ref, i));
+    }
+    ck_assert_str_eq(em_safetensors_metadata(st, "format"), "pt");
+    em_safetensors_close(st);
+    em_safetensors_close(ref);
+    /* config.json: the fields transformers reads */
+    char cp[600];
+    snprintf(cp, sizeof cp, "%s/config.json", dir);
+    char *text = read_text(cp);
+    cJSON *j = cJSON_Parse(text);
+    ck_assert_ptr_nonnull(j);
+    ck_assert_str_eq(cJSON_GetArrayItem(field(j, "architectures"), 0)->valuestring, "DistilBertForSequenceClassification");
+    ck_assert_str_eq(field(j, "model_type")->valuestring, "distilbert");
+    ck_assert_str_eq(field(j, "activation")->valuestring, "gelu");
+    ck_assert_int_eq(field(j, "dim")->valueint, 64);
+    ck_assert_int_eq(field(j, "hidden_dim")->valueint, 256);
+    ck_assert_int_eq(field(j, "n_layers")->valueint, 2);
+    ck_assert_int_eq(field(j, "n_heads")->valueint, 4);
+    ck_assert_int_eq(field(j, "vocab_size")->valueint, 1000);
+    ck_assert_int_eq(field(j, "max_position_embeddings")->valueint, 64);
+    ck_assert_int_eq(field(j, "pad_token_id")->valueint, 0);
+    ck_assert_double_eq(field(j, "seq_classif_dropout")->valuedouble, 0.2);
+    ck_assert_double_eq(field(j, "dropout")->valuedouble, 0.1);
+    ck_assert(cJSON_IsFalse(field(j, "sinusoidal_pos_embds")));
+    ck_assert_str_eq(field(j, "problem_type")->valuestring, "single_label_classification");
+    ck_assert_str_eq(field(field(j, "id2label"), "1")->valuestring, "neutral");
+    ck_assert_int_eq(field(field(j, "label2id"), "positive")->valueint, 2);
+    ck_assert_int_eq(cJSON_GetArraySize(field(j, "id2label")), 3);
+    ck_assert_ptr_null(strchr(text, '\t'));   /* two-space indent, as transformers writes */
+    cJSON_Delete(j);
+    free(text);
+    /* no temporary left behind */
+    ck_assert_int_ne(access(tpath("saved/config.json.tmp"), F_OK), 0);
+    em_module_free(&m->base);
+    em_module_free(&m2->base);
+    remove_tmpdir();
+    ck_assert_int_eq(tu_live_bytes(), base);
+}
+END_TEST
+
+/* ---- the MLM checkpoint (the layout of distilbert-base-uncased) ---------------------- */
+
+START_TEST(mlm_checkpoint_loads_into_the_classifier_with_a_report)
+{
+    int64_t base = tu_live_bytes();
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s", tu_fixture_path("distilbert-tiny-mlm"));
+    em_distilbert_seqcls *m = NULL;
+    em_load_report rep;
+    em_set_seed(5);
+    ck_status(em_distilbert_seqcls_from_pretrained(dir, NULL, &m, &rep), EM_OK);
+    ck_assert_str_eq(rep.model_class, "DistilBertForSequenceClassification");
+    ck_assert_int_eq(rep.n_loaded, 36);
+    ck_assert_int_eq(rep.n_missing, 4);
+    const char *head[] = {"pre_classifier.weight", "pre_classifier.bias", "classifier.weight", "classifier.bias"};
+    for (int i = 0; i < 4; i++) ck_assert_msg(list_has(rep.missing, rep.n_missing, head[i]), "%s not reported", head[i]);
+    ck_assert_int_eq(rep.n_unexpected, 5);
+    const char *extra[] = {"vocab_transform.weight", "vocab_transform.bias", "vocab_layer_norm.weight",
+                           "vocab_layer_norm.bias", "vocab_projector.bias"};
+    for (int i = 0; i < 5; i++) ck_assert_msg(list_has(rep.unexpected, rep.n_unexpected, extra[i]), "%s not reported", extra[i]);
+    /* the readable report */
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    em_load_report_print(&rep, f);
+    fclose(f);
+    ck_assert_ptr_nonnull(strstr(buf, "Newly initialized"));
+    ck_assert_ptr_nonnull(strstr(buf, "pre_classifier.weight"));
+    ck_assert_ptr_nonnull(strstr(buf, "vocab_projector.bias"));
+    free(buf);
+    /* the head is freshly initialized as HF does: N(0, 0.02) weights, zero biases */
+    EM_SCOPE {
+        em_tensor *w = m->pre_classifier->weight;
+        double mean = em_item(em_mean(w, 0, NULL, false)), sd = sqrt(em_item(em_var(w, 0, NULL, 1, false)));
+        ck_assert_msg(fabs(mean) < 0.002 && fabs(sd - 0.02) < 0.002, "pre_classifier init mean %g std %g", mean, sd);
+        ck_assert_double_eq(em_item(em_max_all(em_abs(m->pre_classifier->bias))), 0.0);
+        ck_assert_double_eq(em_item(em_max_all(em_abs(m->classifier->bias))), 0.0);
+    }
+    /* the body is the checkpoint's: DistilBertModel reproduces HF's hidden states */
+    em_distilbert_model *body = NULL;
+    em_load_report rep2;
+    ck_status(em_distilbert_model_from_pretrained(dir, NULL, &body, &rep2), EM_OK);
+    ck_assert_int_eq(rep2.n_missing, 0);
+    ck_assert_int_eq(rep2.n_unexpected, 5);
+    em_module_train(&body->base, false);
+    em_safetensors *g = golden_file("distilbert_tiny_golden.safetensors");
+    EM_SCOPE {
+        em_tensor *h = em_distilbert_model_forward(body, em_safetensors_get(g, "input_ids"),
+                                                   em_safetensors_get(g, "attention_mask"));
+        double e = normwise_err(h, em_safetensors_get(g, "mlm.last_hidden_state"), 0);
+        ck_assert_msg(e < 1e-5, "last_hidden_state: normwise error %g", e);
+    }
+    em_safetensors_close(g);
+    em_load_report_free(&rep);
+    em_load_report_free(&rep2);
+    em_module_free(&m->base);
+    em_module_free(&body->base);
+    /* strict loading refuses it, naming what is wrong */
+    ck_status(em_distilbert_seqcls_from_pretrained(dir, &(em_pretrained_opts){.strict = true}, &m, NULL),
+                     EM_ERR_INVALID);
+    ck_assert_ptr_null(m);
+    ck_assert_ptr_nonnull(strstr(em_last_error(), "4 missing keys"));
+    ck_assert_ptr_nonnull(strstr(em_last_error(), "5 unexpected keys"));
+    ck_assert_int_eq(tu_live_bytes(), base);
+}
+END_TEST
+
+/* ---- BERT (MiniLM layout: a BertModel checkpoint without the "bert." prefix) ---------- */
+
+START_TEST(bert_model_matches_hf_and_loads_into_the_classifier)
+{
+    int64_t base = tu_live_bytes();
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s", tu_fixture_path("bert-tiny"));
+    em_bert_model *m = NULL;
+    em_load_report rep;
+    ck_status(em_bert_model_from_pretrained(dir, &(em_pretrained_opts){.strict = true}, &m, &rep), EM_OK);
+    em_module_train((em_module *)m, false);
+    em_safetensors *g = golden_file("bert_tiny_golden.safetensors");
+    EM_SCOPE {
+        em_tensor *pooled = NULL;
+        em_tensor *h = em_bert_model_forward(m, em_safetensors_get(g, "input_ids"), em_safetensors_get(g, "attention_mask"),
+                                             em_safetensors_get(g, "token_type_ids"), &pooled);
+        double e = normwise_err(h, em_safetensors_get(g, "last_hidden_state"), 0);
+        double ep = normwise_err(pooled, em_safetensors_get(g, "pooler_output"), 0);
+        ck_assert_msg(e < 1e-5 && ep < 1e-5, "bert: hidden %g, pooled %g", e, ep);
+    }
+    em_load_report_free(&rep);
+    em_module_free((em_module *)m);
+    /* the classifier: the "bert." prefix is added, the head is new */
+    em_module *cls = NULL;
+    ck_status(em_seqcls_from_pretrained(dir, NULL, &cls, &rep), EM_OK);
+    ck_assert_str_eq(cls->type, "BertForSequenceClassification");
+    ck_assert_int_eq(rep.n_missing, 2);
+    ck_assert(list_has(rep.missing, rep.n_missing, "classifier.weight"));
+    ck_assert_int_eq(rep.n_unexpected, 0);
+    ck_assert_ptr_nonnull(em_module_get(cls, "bert.encoder.layer.1.attention.self.query.weight"));
+    ck_assert_ptr_nonnull(em_module_get(cls, "bert.pooler.dense.bias"));
+    em_module_train(cls, false);
+    /* save and reload through the auto loader: same logits */
+    make_tmpdir();
+    ck_status(em_save_pretrained(cls, tpath("bert")), EM_OK);
+    em_module *cls2 = NULL;
+    ck_status(em_seqcls_from_pretrained(tpath("bert"), &(em_pretrained_opts){.strict = true}, &cls2, NULL), EM_OK);
+    em_module_train(cls2, false);
+    EM_SCOPE {
+        em_seqcls_inputs in = {em_safetensors_get(g, "input_ids"), em_safetensors_get(g, "attention_mask"),
+                               em_safetensors_get(g, "token_type_ids"),
+                               em_from_data((int64_t[]){0, 1, 1}, EM_SHAPE(3), EM_I64)};
+        em_seqcls_output o1 = em_seqcls_forward(cls, &in), o2 = em_seqcls_forward(cls2, &in);
+        ck_assert(same_tensor(o1.logits, o2.logits));
+        ck_assert(same_tensor(o1.loss, o2.loss));
+    }
+    char *text = read_text(tpath("bert/config.json"));
+    ck_assert_ptr_nonnull(strstr(text, "\"BertForSequenceClassification\""));
+    ck_assert_ptr_nonnull(strstr(text, "\"model_type\": \"bert\""));
+    ck_assert_ptr_nonnull(strstr(text, "\"type_vocab_size\": 2"));
+    free(text);
+    em_safetensors_close(g);
+    em_load_report_free(&rep);
+    em_module_free(cls);
+    em_module_free(cls2);
+    remove_tmpdir();
+    ck_assert_int_eq(tu_live_bytes(), base);
+}
+END_TEST
+
+/* ---- sharded checkpoints, num_labels changes ---------------------------------------------- */
+
+START_TEST(sharded_index_loads_like_the_single_file)
+{
+    make_tmpdir();
+    em_safetensors *st = NULL;
+    ck_assert_int_eq(em_safetensors_open(tu_fixture_path("distilbert-tiny/model.safetensors"), &st), EM_OK);
+    int n = em_safetensors_count(st);
+    const char *names[64];
+    em_tensor *ts[64];
+    cJSON *idx = cJSON_CreateObject(), *wm = cJSON_AddObjectToObject(idx, "weight_map");
+    EM_SCOPE {
+        for (int i = 0; i < n; i++) {
+            names[i] = em_safetensors_name(st, i);
+            ts[i] = em_safetensors_get(st, names[i]);
+            cJSON_AddStringToObject(wm, names[i], i < n / 2 ? "model-00001-of-00002.safetensors"
+                                                            : "model-00002-of-00002.safetensors");
+        }
+        ck_assert_int_eq(em_safetensors_save(tpath("model-00001-of-00002.safetensors"), n / 2, names, ts, 0, NULL, NULL), EM_OK);
+        ck_assert_int_eq(em_safetensors_save(tpath("model-00002-of-00002.safetensors"), n - n / 2, names + n / 2,
+                                             ts + n / 2, 0, NULL, NULL), EM_OK);
+    }
+    em_safetensors_close(st);
+    char *text = cJSON_Print(idx);
+    write_text(tpath("model.safetensors.index.json"), text);
+    free(text);
+    cJSON_Delete(idx);
+    copy_file(tu_fixture_path("distilbert-tiny/config.json"), tpath("config.json"));
+    em_distilbert_seqcls *a = NULL, *b = NULL;
+    ck_status(em_distilbert_seqcls_from_pretrained(tmpdir, &(em_pretrained_opts){.strict = true}, &a, NULL), EM_OK);
+    ck_status(em_distilbert_seqcls_from_pretrained(tu_fixture_path("distilbert-tiny"), NULL, &b, NULL), EM_OK);
+    em_named_tensors pa = em_module_named_parameters(&a->base), pb = em_module_named_parameters(&b->base);
+    for (int i = 0; i < pa.n; i++) ck_assert_msg(same_tensor(pa.items[i].tensor, pb.items[i].tensor), "%s", pa.items[i].name);
+    em_named_tensors_free(&pa);
+    em_named_tensors_free(&pb);
+    em_module_free(&a->base);
+    em_module_free(&b->base);
+    /* an index naming a shard that lacks the tensor */
+    write_text(tpath("model.safetensors.index.json"),
+               "{\"weight_map\": {\"classifier.bias\": \"model-00002-of-00002.safetensors\"}}");
+    ck_status(em_distilbert_seqcls_from_pretrained(tmpdir, NULL, &a, NULL), EM_ERR_FORMAT);
+    ck_assert_ptr_nonnull(strstr(em_last_error(), "classifier.bias"));
+    remove_tmpdir();
+}
+END_TEST
+
+START_TEST(num_labels_override_needs_ignore_mismatched_sizes)
+{
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s", tu_fixture_path("distilbert-tiny"));
+    em_distilbert_seqcls *m = NULL;
+    em_load_report rep;
+    ck_status(em_distilbert_seqcls_from_pretrained(dir, &(em_pretrained_opts){.num_labels = 5}, &m, NULL),
+                     EM_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(em_last_error(), "tensor \"classifier.bias\" has shape [3] but the model expects [5]"));
+    ck_assert_ptr_nonnull(strstr(em_last_error(), "ignore_mismatched_sizes"));
+    ck_status(em_distilbert_seqcls_from_pretrained(
+                         dir, &(em_pretrained_opts){.num_labels = 5, .ignore_mismatched_sizes = true}, &m, &rep),
+                     EM_OK);
+    ck_assert_int_eq(m->config.num_labels, 5);
+    ck_assert_int_eq(rep.n_mismatched, 2);
+    ck_assert_ptr_null(m->id2label);   /* the names were for 3 labels */
+    em_load_report_free(&rep);
+    em_module_free(&m->base);
+}
+END_TEST
+
+/* ---- bad folders: an em_status and a message, never a crash ------------------------------ */
+
+static em_status load_tmp(void)
+{
+    em_distilbert_seqcls *m = (void *)1;
+    em_status s = em_distilbert_seqcls_from_pretrained(tmpdir, NULL, &m, NULL);
+    ck_assert_ptr_null(m);
+    return s;
+}
+
+static const char tiny_config[] =
+    "{\"model_type\": \"distilbert\", \"dim\": %d, \"n_layers\": 2, \"n_heads\": 4, \"hidden_dim\": 256,\n"
+    " \"vocab_size\": 1000, \"max_position_embeddings\": 64, \"id2label\": {\"0\": \"a\", \"1\": \"b\", \"2\": \"c\"}}\n";
+
+START_TEST(bad_folders_return_clear_errors)
+{
+    int64_t base = tu_live_bytes();
+    make_tmpdir();
+    /* no config.json */
+    copy_file(tu_fixture_path("distilbert-tiny/model.safetensors"), tpath("model.safetensors"));
+    ck_assert_int_eq(load_tmp(), EM_ERR_NOT_FOUND);
+    ck_assert_ptr_nonnull(strstr(em_last_error(), "config.json"));
+    /* malformed JSON: the file and the position */
+    write_text(tpath("config.json"), "{\n  \"dim\": 64,\n  oops\n}\n");
+    ck_assert_int_eq(load_tmp(), EM_ERR_FORMAT);
+    ck_assert_ptr_nonnull(strstr(em_last_error(), "config.json: malformed JSON at line 3"));
+    write_text(tpath("config.json"), "{\"dim\": 64} trailing");
+    ck_assert_int_eq(load_tmp(), EM_ERR_FORMAT);
+    ck_assert_ptr_nonnull(strstr(em_last_error(), "line 1, column 13"));
+    /* a field of the wrong type */
+    write_text(tpath("config.json"), "{\"model_type\": \"distilbert\", \"dim\": \"wide\"}");
+    ck_assert_int_eq(load_tmp(), EM_ERR_FORMAT);
+    ck_assert_ptr_nonnull(strstr(em_last_error(), "\"dim\""));
+    /* unknown model_type */
+    write_text(tpath("config.json"), "{\"model_type\": \"gpt2\"}");
+    ck_assert_int_eq(load_tmp(), EM_ERR_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(em_last_error(), "unknown model_type \"gpt2\""));
+    /* the wrong family for a typed loader */
+    write_text(tpath("config.json"), "{\"model_type\": \"bert\"}");
+    ck_assert_int_eq(load_tmp(), EM_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(em_last_error(), "model_type is \"bert\""));
+    /* a tensor of the wrong shape: named, with both shapes */
+    char cfg[512];
+    snprintf(cfg, sizeof cfg, tiny_config, 32);
+    write_text(tpath("config.json"), cfg);
+    ck_assert_int_eq(load_tmp(), EM_ERR_INVALID);
+    ck_assert_msg(strstr(em_last_error(), "model.safetensors: tensor \"distilbert.embeddings.LayerNorm.bias\" has shape "
+                                          "[64] but the model expects [32]") != NULL,
+                  "%s", em_last_error());
+    /* no weights at all */
+    snprintf(cfg, sizeof cfg, tiny_config, 64);
+    write_text(tpath("config.json"), cfg);
+    remove(tpath("model.safetensors"));
+    ck_assert_int_eq(load_tmp(), EM_ERR_NOT_FOUND);
+    ck_assert_ptr_nonnull(strstr(em_last_error(), "no model.safetensors"));
+    /* a corrupt safetensors file */
+    write_text(tpath("model.safetensors"), "not a safetensors file at all");
+    ck_assert_int_ne(load_tmp(), EM_OK);
+    ck_assert_ptr_nonnull(strstr(em_last_error(), "model.safetensors"));
+    /* a folder that does not exist */
+    em_module *m = NULL;
+    ck_status(em_seqcls_from_pretrained("/nonexistent/ember-model", NULL, &m, NULL), EM_ERR_NOT_FOUND);
+    ck_assert_ptr_nonnull(strstr(em_last_error(), "/nonexistent/ember-model/config.json"));
+    remove_tmpdir();
+    ck_assert_int_eq(tu_live_bytes(), base);
+}
+END_TEST
+
+START_TEST(save_into_an_unwritable_place_fails_cleanly)
+{
+    em_distilbert_seqcls *m = em_distilbert_seqcls_new(&(em_distilbert_config){
+        .vocab_size = 50, .max_position_embeddings = 8, .n_layers = 1, .n_heads = 2, .dim = 8, .hidden_dim = 16});
+    ck_status(em_save_pretrained(&m->base, "/nonexistent/dir/model"), EM_ERR_IO);
+    ck_assert_ptr_nonnull(strstr(em_last_error(), "/nonexistent/dir/model"));
+    em_module_free(&m->base);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("distilbert");
+    TCase *tc = tcase_create("parity");
+    tcase_add_test(tc, seqcls_logits_loss_and_every_gradient_match_hf);
+    tcase_add_test(tc, parameter_names_and_count_are_hf_s);
+    tcase_add_test(tc, mlm_checkpoint_loads_into_the_classifier_with_a_report);
+    tcase_add_test(tc, bert_model_matches_hf_and_loads_into_the_classifier);
+    suite_add_tcase(s, tc);
+    TCase *tk = tcase_create("checkpoints");
+    tcase_add_test(tk, save_pretrained_round_trip_and_config_fields);
+    tcase_add_test(tk, sharded_index_loads_like_the_single_file);
+    tcase_add_test(tk, num_labels_override_needs_ignore_mismatched_sizes);
+    tcase_add_test(tk, bad_folders_return_clear_errors);
+    tcase_add_test(tk, save_into_an_unwritable_place_fails_cleanly);
+    suite_add_tcase(s, tk);
+    return tu_run_suite(s);
+}
