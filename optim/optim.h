@@ -111,7 +111,9 @@ int em_optimizer_num_groups(const em_optimizer *opt);
 em_param_group em_optimizer_group(const em_optimizer *opt, int g);
 double em_optimizer_lr(const em_optimizer *opt, int g);
 void em_optimizer_set_lr(em_optimizer *opt, int g, double lr);   /* lr >= 0 */
-/* torch's state["step"] of group g's i-th parameter (0 before its first update). */
+/* Updates of group g's i-th parameter so far: torch's state["step"] for AdamW
+ * (0 before its first update). For SGD, which keeps no step, > 0 means the
+ * momentum buffer is set (after a state load: 1). */
 double em_optimizer_param_step(const em_optimizer *opt, int g, int i);
 
 /* ---- checkpoints ------------------------------------------------------------

@@ -11,7 +11,7 @@
 #include "optim/optim_internal.h"
 #include "autograd/autograd.h"
 
-#include <ctype.h>
+#include <strings.h>
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -351,25 +351,28 @@ double em_optimizer_param_step(const em_optimizer *o, int g, int i)
 }
 
 /* ---- weight-decay grouping ------------------------------------------------------------ */
+static bool contains_ci(const char *hay, const char *needle)
+{
+    size_t n = strlen(needle);
+    for (; *hay; hay++)
+        if (!strncasecmp(hay, needle, n)) return true;
+    return false;
+}
+
 bool em_param_no_decay(const char *name, const em_tensor *param)
 {
     if (param && param->ndim <= 1) return true;
     if (!name) return false;
-    size_t n = strlen(name);
-    char *low = em__malloc(n + 1);
-    if (!low) return false;
-    for (size_t i = 0; i <= n; i++) low[i] = (char)tolower((unsigned char)name[i]);
-    bool hit = strstr(low, "bias") || strstr(low, "layernorm") || strstr(low, "rmsnorm");
+    if (contains_ci(name, "bias") || contains_ci(name, "layernorm") || contains_ci(name, "rmsnorm")) return true;
     /* dotted components: "norm" itself, or ending in "_norm" */
-    for (const char *c = low; !hit && c <= low + n;) {
+    for (const char *c = name;;) {
         const char *dot = strchr(c, '.');
         size_t len = dot ? (size_t)(dot - c) : strlen(c);
-        hit = (len == 4 && !memcmp(c, "norm", 4)) || (len >= 5 && !memcmp(c + len - 5, "_norm", 5));
-        if (!dot) break;
+        if ((len == 4 && !strncasecmp(c, "norm", 4)) || (len >= 5 && !strncasecmp(c + len - 5, "_norm", 5)))
+            return true;
+        if (!dot) return false;
         c = dot + 1;
     }
-    em__free(low);
-    return hit;
 }
 
 int em_param_groups_no_decay(const char *const *names, em_tensor *const *params, int n, double weight_decay,

@@ -439,6 +439,26 @@ START_TEST(clip_grad_norm_matches_torch)
     for (int i = 0; i < 10; i++) ref[i] *= coef;
     tu_assert_close(got, ref, 10, 1e-14, 1e-16);
     free(got);
+    /* bf16 gradients: norms and coefficient rounded to bf16, as torch */
+    em_tensor *h = em_requires_grad_(em_zeros(EM_SHAPE(3), EM_BF16, EM_CPU), true);
+    em_set_grad(h, em_to_dtype(em_from_data((float[]){3, 4, 0}, EM_SHAPE(3), EM_F32), EM_BF16));
+    ck_assert_int_eq(em_clip_grad_norm(&h, 1, 1.0, NULL, &total), EM_OK);
+    ck_assert(total == 5.0);
+    ck_assert_int_eq(em_grad(h)->dtype, EM_BF16);
+    double hc = em__bf16_to_f32(em__f32_to_bf16(1.0f / 5.0f));   /* 1/(5+1e-6) in bf16 is 1/5's */
+    for (int i = 0; i < 2; i++)
+        ck_assert(em_get(em_grad(h), (int64_t[]){i}) == em__bf16_to_f32(em__f32_to_bf16((float)((3 + i) * hc))));
+    /* over an optimizer's parameters = over the same list */
+    em_tensor *r[2] = {em_requires_grad_(em_zeros(EM_SHAPE(4), EM_F32, EM_CPU), true),
+                       em_requires_grad_(em_zeros(EM_SHAPE(4), EM_F32, EM_CPU), true)};
+    em_set_grad(r[0], em_full(EM_SHAPE(4), 2.0, EM_F32, EM_CPU));
+    em_set_grad(r[1], em_full(EM_SHAPE(4), 1.0, EM_F32, EM_CPU));
+    em_param_group rg[2] = {{.params = r, .n_params = 1}, {.params = r + 1, .n_params = 1}};
+    em_optimizer *ro = em_sgd_new_groups(rg, 2, NULL);
+    ck_assert_int_eq(em_optimizer_clip_grad_norm(ro, 1.0, NULL, &total), EM_OK);
+    ck_assert_double_eq_tol(total, sqrt(20.0), 1e-6);
+    ck_assert_double_eq_tol(em_get(em_grad(r[1]), (int64_t[]){0}), 1 / sqrt(20.0), 1e-6);
+    em_optimizer_free(ro);
     /* no gradients at all: 0, nothing touched */
     em_tensor *none = em_requires_grad_(em_zeros(EM_SHAPE(3), EM_F32, EM_CPU), true);
     total = -1;
