@@ -323,14 +323,6 @@ done:
 }
 
 /* ---- JSONL ------------------------------------------------------------------------- */
-static void json_hooks(void)
-{
-    /* The same hooks as tensor/safetensors.c: every cJSON allocation goes
-     * through em__malloc, so the fail-the-Nth switch reaches it. */
-    cJSON_InitHooks(&(cJSON_Hooks){ .malloc_fn = em__malloc, .free_fn = em__free });
-}
-static pthread_once_t json_once = PTHREAD_ONCE_INIT;
-
 typedef struct arena {
     char *s;
     size_t n, cap;
@@ -430,7 +422,7 @@ static em_status jsonl_columns(em_table *t, const char *const *fields, int nfiel
 static em_status parse_jsonl(em_table *t, char *buf, size_t start, size_t len, const char *const *fields,
                              int nfields)
 {
-    pthread_once(&json_once, json_hooks);
+    em__json_init();
     builder b = { .t = t };
     arena a = {0};
     em_status st = EM_OK;

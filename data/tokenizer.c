@@ -288,7 +288,11 @@ static em_status encode_one(const em_tokenizer *t, const char *text, const char 
     if (st) return st;
     int na = w->ids.n;
     if (pair && (st = em__tok_text_to_ids(t, pair, "the second text", w))) return st;
-    return assemble(t, w->ids.v, na, pair ? w->ids.v + na : NULL, w->ids.n - na, o, out);
+    /* a pair whose texts both gave no ids still has a second segment; the
+     * worker buffer may never have been allocated */
+    static const int32_t none[1];
+    const int32_t *ids = w->ids.v ? w->ids.v : none;
+    return assemble(t, ids, na, pair ? ids + na : NULL, w->ids.n - na, o, out);
 }
 
 static em_status check_opts(const char *op, const em_tokenizer *t, const em_encode_opts *o, const void *out)

@@ -61,22 +61,6 @@ static const char *const st_unsupported[] = {
     "F8_E5M2", "F8_E4M3", "F8_E8M0",
 };
 
-/* ---- cJSON allocation hooks ------------------------------------------------- */
-
-static _Thread_local bool st_json_oom;   /* set when the parser's allocation failed */
-static void *st_json_malloc(size_t n)
-{
-    void *p = em__malloc(n);
-    if (!p) st_json_oom = true;
-    return p;
-}
-static void st_json_free(void *p) { em__free(p); }
-static void st_json_init_hooks(void)
-{
-    cJSON_InitHooks(&(cJSON_Hooks){ .malloc_fn = st_json_malloc, .free_fn = st_json_free });
-}
-static pthread_once_t st_json_once = PTHREAD_ONCE_INIT;
-
 /* ---- the open file ---------------------------------------------------------- */
 
 typedef struct st_entry {
@@ -276,12 +260,12 @@ static em_status st_parse_header(em_safetensors *st, uint64_t hlen)
     if (bad != hlen)
         return em__fail(EM_ERR_FORMAT, "%s: header is not valid UTF-8 (byte %zu of the header)", path, bad);
 
-    pthread_once(&st_json_once, st_json_init_hooks);
-    st_json_oom = false;
+    em__json_init();
+    em_clear_error();
     const char *end = NULL;
     st->json = cJSON_ParseWithLengthOpts(hdr, (size_t)hlen, &end, false);
     if (!st->json) {
-        if (st_json_oom) return em__fail(EM_ERR_OOM, "%s: out of memory parsing the %llu-byte header", path,
+        if (em_last_status() == EM_ERR_OOM) return em__fail(EM_ERR_OOM, "%s: out of memory parsing the %llu-byte header", path,
                                          (unsigned long long)hlen);
         size_t pos = end && end >= hdr ? (size_t)(end - hdr) : 0;
         char near[24] = "";

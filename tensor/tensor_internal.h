@@ -43,6 +43,9 @@ void *em__realloc(void *p, size_t n);
 void em__free(void *p);
 bool em__alloc_should_fail(void);   /* consumes one tick of the fail-Nth switch */
 
+/* Installs ember's allocation hooks into cJSON (once; tensor/json.c). */
+void em__json_init(void);
+
 /* ---- device memory -------------------------------------------------------- */
 em_storage *em__storage_new(size_t nbytes, em_device dev);   /* NULL + EM_ERR_OOM */
 /* The CPU caching allocator (alloc.c): 64-byte aligned, blocks reused by size
@@ -99,10 +102,22 @@ typedef struct em_backend {
     em_status (*memcpy)(void *dst, em_device ddev, const void *src, em_device sdev, size_t nbytes);
     em_status (*synchronize)(int device_index);
     em_kernel kernels[EM_NUM_OPS];
+    /* Optional (NULL on the CPU, whose allocator lives in alloc.c): */
+    int (*device_count)(void);
+    void (*empty_cache)(int device_index);   /* returns cached blocks to the system */
+    /* Bytes the device's caching allocator holds unused, and its system allocations so far. */
+    void (*cache_stats)(int device_index, int64_t *cached_bytes, int64_t *n_system_allocs);
+    /* Page-locked host memory for fast transfers (the DataLoader's batches), from a cache. */
+    void *(*host_alloc)(size_t nbytes);
+    void (*host_free)(void *p, size_t nbytes);
 } em_backend;
 void em__register_backend(const em_backend *b);
 const em_backend *em__backend(em_device_type type);   /* NULL when not registered */
 extern const em_backend em__cpu_backend;
+
+/* The f32 GEMM precision (em_set_float32_matmul_precision): true for
+ * "high"/"medium", where backends with TF32 may use it. */
+bool em__matmul_allow_tf32(void);
 
 /* ---- per-element conversion (tensor/convert.c) ----------------------------- */
 double em__load(const void *p, em_dtype dt);

@@ -12,6 +12,11 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#if __has_include(<valgrind/valgrind.h>)
+#include <valgrind/valgrind.h>
+#else
+#define RUNNING_ON_VALGRIND 0
+#endif
 
 static char tmpdir[256];
 
@@ -178,12 +183,14 @@ static void check_same(const em_dataset *a, const em_dataset *b)
     }
 }
 
-/* SST-2 train, 1 vs 3 threads (several 8192-row chunks); its longest row is 66 ids and none is [UNK]. */
+/* SST-2 train, 1 vs 3 threads (several 8192-row chunks); its longest row is 66
+ * ids and none is [UNK]. Under valgrind (70 s for train) the dev file stands in. */
 START_TEST(test_threads_identical)
 {
     em_tokenizer *tok = load_vocab(false);
     em_table *t = NULL;
-    ck_assert_int_eq(em_table_read_tsv(tu_shared_path("sst2/train.tsv"), NULL, &t), EM_OK);
+    bool full = !RUNNING_ON_VALGRIND;
+    ck_assert_int_eq(em_table_read_tsv(tu_shared_path(full ? "sst2/train.tsv" : "sst2/dev.tsv"), NULL, &t), EM_OK);
     em_dataset *d1 = NULL, *d3 = NULL;
     ck_assert_int_eq(em_tokenized_dataset_new(t, tok, &(em_tokenized_opts){ .text_a = "sentence", .label = "label",
                                               .num_threads = 1 }, &d1), EM_OK);
@@ -199,11 +206,11 @@ START_TEST(test_threads_identical)
         for (int i = 0; i < s.len; i++) ck_assert_int_ne(s.ids[i], 100);
         pos += s.label;
     }
-    ck_assert_int_eq(longest, 66);
-    ck_assert_int_eq(pos, 37569);
+    ck_assert_int_eq(longest, full ? 66 : 55);
+    ck_assert_int_eq(pos, full ? 37569 : 444);
     /* spot checks against the tokenizer itself, across chunk boundaries */
     em_encoding e;
-    for (int64_t r = 8190; r < 8195; r++) {
+    for (int64_t r = full ? 8190 : 860; r < (full ? 8195 : 872); r++) {
         em_sample s;
         em_dataset_get(d3, r, &s);
         ck_assert_int_eq(em_tokenizer_encode(tok, em_table_get(t, r, 0), NULL, &e), EM_OK);
@@ -535,7 +542,7 @@ START_TEST(test_pairs_and_threads)
     char *buf = malloc(cap);
     n += (size_t)sprintf(buf, "{\"q1\": \"\", \"q2\": \"fox\", \"y\": 0}\n");
     uint64_t rng = 42;
-    for (int r = 0; r < 20000; r++) {
+    for (int r = 0; r < 10000; r++) {
         for (int f = 0; f < 2; f++) {
             n += (size_t)sprintf(buf + n, f ? ", \"q2\": \"" : "{\"q1\": \"");
             int k = (int)(tu_next(&rng) % 12);
@@ -551,7 +558,7 @@ START_TEST(test_pairs_and_threads)
     em_table *t = NULL;
     static const char *const fields[] = { "q1", "q2", "y" };
     ck_assert_int_eq(em_table_read_jsonl(p, fields, 3, &t), EM_OK);
-    ck_assert_int_eq(em_table_rows(t), 20001);
+    ck_assert_int_eq(em_table_rows(t), 10001);
     em_dataset *d1 = NULL, *d4 = NULL;
     em_tokenized_opts o = { .text_a = "q1", .text_b = "q2", .label = "y", .max_length = 16, .num_threads = 1 };
     ck_assert_int_eq(em_tokenized_dataset_new(t, tok, &o, &d1), EM_OK);

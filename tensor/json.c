@@ -1,0 +1,13 @@
+/* ember — one place that points cJSON at ember's allocation hooks, so the
+ * fail-the-Nth switch reaches every JSON parser (safetensors headers,
+ * config.json, JSONL). cJSON's hooks are process-wide; install them once.
+ * A parse that fails for lack of memory leaves em_last_status() == EM_ERR_OOM
+ * (em__malloc records it): clear the error before parsing to tell the cases apart. */
+#include "tensor/tensor_internal.h"
+
+#include <cjson/cJSON.h>
+#include <pthread.h>
+
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+static void install(void) { cJSON_InitHooks(&(cJSON_Hooks){.malloc_fn = em__malloc, .free_fn = em__free}); }
+void em__json_init(void) { pthread_once(&once, install); }
