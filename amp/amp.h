@@ -120,9 +120,10 @@ em_tensor *em_grad_scaler_scale(em_grad_scaler *s, em_tensor *loss);
 /* Divides the gradients of opt's parameters by the scale, in place, and
  * records whether any of them held an inf or NaN. One fused OpenMP pass per
  * run of gradients that are adjacent views of one buffer (a flat gradient
- * buffer: one pass in all). Gradients may be f32, f64 or bf16 (computed in
- * f32); f16 gradients are misuse ("Attempting to unscale FP16 gradients.":
- * master weights must be f32). Misuse when called twice, or after step,
+ * buffer: one pass in all); other gradients (another device, odd strides)
+ * go through ops. f16 gradients are misuse ("Attempting to unscale FP16
+ * gradients.": master weights must be f32; ember's optimizers take only f32
+ * and f64 parameters anyway). Misuse when called twice, or after step,
  * before update(). Call it before clipping (em_grad_scaler_clip_grad_norm). */
 em_status em_grad_scaler_unscale_(em_grad_scaler *s, struct em_optimizer *opt);
 /* Unscales (unless done since the last update) and steps opt unless an inf
@@ -174,6 +175,10 @@ em_status em_grad_scaler_load_state_dict(em_grad_scaler *s, const em_grad_scaler
  * Loading a malformed file is EM_ERR_FORMAT and leaves the scaler unchanged. */
 em_status em_grad_scaler_state_save(const em_grad_scaler *s, const char *path);
 em_status em_grad_scaler_state_load(em_grad_scaler *s, const char *path);
+
+#ifndef EMBER_BUILDING
+#include "amp/amp_at.h"
+#endif
 
 #ifdef __cplusplus
 }

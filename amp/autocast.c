@@ -86,13 +86,16 @@ static bool same_place(const entry *e, const em_tensor *t, em_dtype dt)
     return true;
 }
 
-/* Drops entries whose source only the cache still holds: no one can pass
- * that tensor again, and its memory should go when its owner lets it go. */
+/* Drops entries whose source and its storage only the cache still holds: no
+ * one can pass that data again, and its memory should go when its owner lets
+ * it go. A dead view of a live weight (nn's linear passes a fresh transpose
+ * of its weight each call) stays: the next view of that weight, with the same
+ * geometry, reuses its cast. */
 static void sweep(void)
 {
     int64_t w = 0;
     for (int64_t i = 0; i < st.n; i++) {
-        if (st.cache[i].src->refcount <= 1) entry_drop(&st.cache[i]);
+        if (st.cache[i].src->refcount <= 1 && st.cache[i].src->storage->refcount <= 1) entry_drop(&st.cache[i]);
         else st.cache[w++] = st.cache[i];
     }
     st.n = w;

@@ -34,19 +34,19 @@ double em__pg_now(void)
 }
 
 /* Spinning keeps latency low for the small, quick collectives DDP issues;
- * yielding lets a compute thread on the same core run; after a second of
- * waiting (a slow peer, not a slow transfer) sleeping costs nothing. MPI's
- * progress engine only advances inside MPI_Test, so polls must stay frequent
- * while data moves. */
+ * yielding lets a compute thread on the same core run; past 5 ms the peers
+ * are busy elsewhere (still computing), and short sleeps leave the core to
+ * that compute; past a second, nobody notices half a millisecond. MPI's
+ * progress engine only advances inside MPI_Test, so polls stay frequent. */
 void em__pg_backoff(long iter, double waited_s)
 {
-    if (iter < 64) {
+    if (iter < 128) {
         for (int i = 0; i < 16; i++)
             cpu_relax();
-    } else if (waited_s < 1.0) {
+    } else if (waited_s < 0.005) {
         sched_yield();
     } else {
-        struct timespec ts = {0, 500 * 1000};   /* 0.5 ms */
+        struct timespec ts = {0, waited_s < 1.0 ? 20 * 1000 : 500 * 1000};
         nanosleep(&ts, NULL);
     }
 }

@@ -13,6 +13,7 @@
 #ifndef EMBER_DISTRIBUTED_H
 #define EMBER_DISTRIBUTED_H
 
+#include "amp/amp.h"
 #include "data/data.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
@@ -22,7 +23,25 @@
 extern "C" {
 #endif
 
-/* ---- process group ------------------------------------------------------------ */
+/* ---- process group ------------------------------------------------------------
+ * Collectives on contiguous CPU tensors of f32, f64, f16, bf16 (reduced in
+ * f32, rounded once), i64, i32 and bool (max/min only). Every rank must call
+ * the same collectives in the same order; each one first exchanges a small
+ * header (op, dtype, shape), so ranks that disagree all get EM_ERR_INVALID
+ * naming both sides ("rank 0 has 10 elements (40 bytes, float32[10]), rank 1
+ * has 20 elements ..."), and the group stays usable.
+ * Nothing waits forever: a collective that takes longer than the timeout
+ * returns EM_ERR_TIMEOUT ("all_reduce of 4096 bytes (float32[1024]) on rank 0
+ * of 2 timed out after 5 s ..."); a node-local peer that died gives
+ * EM_ERR_COMM. After either, the group is unusable: later collectives fail at
+ * once, em_pg_free skips MPI_Finalize (it would wait for the stuck peers), and
+ * the program should exit non-zero; mpirun then stops the other ranks (it also
+ * does so by itself when a rank is killed).
+ * Transport: MPI (all MPI calls on one communication thread). When every rank
+ * is on one node, all-reduces of 256 KiB and more go through shared memory
+ * (EMBER_SHM=0 turns that off; EMBER_SHM_MIN_BYTES moves the threshold).
+ * Issue a group's collectives from one thread at a time: their order is the
+ * contract between ranks. */
 typedef struct em_process_group em_process_group;
 typedef enum em_reduce_op { EM_RED_SUM = 0, EM_RED_AVG, EM_RED_MAX, EM_RED_MIN } em_reduce_op;
 
@@ -30,29 +49,38 @@ typedef struct em_pg_opts {
     double timeout_s;   /* 0 -> EMBER_TIMEOUT env, then 600 s */
 } em_pg_opts;
 
-/* Joins the world described by the environment (OMPI_COMM_WORLD_RANK/SIZE/
- * LOCAL_RANK; a world of one when absent). Calls MPI_Init when world > 1. */
+/* Joins the world described by the environment: OMPI_COMM_WORLD_SIZE/RANK/
+ * LOCAL_RANK (mpirun), else EMBER_WORLD_SIZE/EMBER_RANK/EMBER_LOCAL_RANK; a
+ * world of one when absent, which makes no MPI call at all. When world > 1 it
+ * calls MPI_Init_thread (unless MPI is initialized) and checks that MPI agrees. */
 em_status em_pg_init(const em_pg_opts *opts, em_process_group **out);
-void em_pg_free(em_process_group *pg);   /* MPI_Finalize when it initialized MPI */
+/* MPI_Finalize when it initialized MPI and the group is not broken. Wait for
+ * every em_work first. Collective: every rank calls it. */
+void em_pg_free(em_process_group *pg);
 int em_pg_rank(const em_process_group *pg);
 int em_pg_world_size(const em_process_group *pg);
 int em_pg_local_rank(const em_process_group *pg);
 
-/* In place on t (contiguous). AVG divides by the world size. */
+/* In place on t (contiguous). AVG (floating dtypes) divides by the world size.
+ * Every rank ends with bitwise the same values. */
 em_status em_pg_all_reduce(em_process_group *pg, em_tensor *t, em_reduce_op op);
 em_status em_pg_broadcast(em_process_group *pg, em_tensor *t, int root);
-/* Concatenates every rank's t along dim 0 (dim-0 sizes may differ; other dims
- * must agree) into *out, a new tensor owned by the current scope. */
+/* Concatenates every rank's t along dim 0, in rank order (dim-0 sizes may
+ * differ, zero included; other dims must agree; a 0-d t counts as [1]) into
+ * *out, a new tensor owned by the current scope. */
 em_status em_pg_all_gather(em_process_group *pg, em_tensor *t, em_tensor **out);
 /* in: [world * n, ...]; out: [n, ...] gets the reduction of every rank's slice `rank`. */
 em_status em_pg_reduce_scatter(em_process_group *pg, em_tensor *in, em_tensor *out, em_reduce_op op);
 em_status em_pg_barrier(em_process_group *pg);
 
-/* Asynchronous all-reduce on the communication thread. t must stay alive and
- * untouched until em_work_wait returns. */
+/* Asynchronous all-reduce on the communication thread: returns at once (NULL
+ * on misuse or OOM). Works run in submission order, with the synchronous
+ * collectives of this rank, so every rank must submit in the same order. t
+ * must stay untouched until em_work_wait returns (the work holds a reference,
+ * so it stays alive). Waiting in any order is fine. */
 typedef struct em_work em_work;
 em_work *em_pg_all_reduce_async(em_process_group *pg, em_tensor *t, em_reduce_op op);
-em_status em_work_wait(em_work *w);   /* frees w */
+em_status em_work_wait(em_work *w);   /* frees w; the error, if any, is set on this thread */
 
 /* ---- DDP ------------------------------------------------------------------------ */
 typedef struct em_ddp em_ddp;
@@ -79,89 +107,240 @@ typedef struct em_ddp_bucket_info {
 } em_ddp_bucket_info;
 int em_ddp_buckets(const em_ddp *d, em_ddp_bucket_info *out, int cap);
 
-/* ---- Accelerator ------------------------------------------------------------------- */
-typedef enum em_mixed_precision { EM_MP_NO = 0, EM_MP_BF16, EM_MP_FP16 } em_mixed_precision;
+/* ---- Accelerator -------------------------------------------------------------------
+ * Hugging Face Accelerate's Accelerator, call for call (DESIGN.md §3 table;
+ * semantics: reference/accelerate-semantics.md §1-§2). One training loop runs
+ * unchanged on 1 process or on N under `ember launch`:
+ *
+ *     em_accelerator *acc = em_accelerator_new(&(em_accelerator_opts){ .mixed_precision = EM_MP_BF16 });
+ *     em_accelerator_prepare(acc, model, opt, dl, sched);
+ *     for (int epoch = 0; epoch < 3; epoch++)
+ *         for (em_batch b; em_accelerator_next(acc, dl, &b);)      // one scope per batch
+ *             EM_ACCUMULATE(acc, model) {
+ *                 em_seqcls_output out;
+ *                 EM_AUTOCAST(acc) { out = em_seqcls_forward(model, &(em_seqcls_inputs){ ... }); }
+ *                 em_accelerator_backward(acc, out.loss);
+ *                 em_accelerator_optimizer_step(acc, opt);
+ *                 em_accelerator_scheduler_step(acc, sched);
+ *                 em_accelerator_optimizer_zero_grad(acc, opt);
+ *             }
+ *
+ * Where ember differs from Accelerate, on purpose (reference §0 and §8 list
+ * Accelerate's traps):
+ *   - Short last window. Micro-steps are grouped in windows of K =
+ *     gradient_accumulation_steps, counted from the start of each epoch of the
+ *     active dataloader; the last window of an epoch has L % K micro-steps
+ *     (L = batches per epoch on this rank) and ends with a forced sync.
+ *     em_accelerator_backward divides the loss by the length of the CURRENT
+ *     window, so every optimizer step averages the micro-batches it got, the
+ *     short last one included (Accelerate always divides by K and so
+ *     under-weights it). Without a dataloader every window has K micro-steps.
+ *   - Scheduler rule (stated once, here): em_accelerator_scheduler_step steps
+ *     the scheduler exactly ONCE per optimizer step that really happened; it is
+ *     a no-op on non-sync micro-steps and after an fp16 step that the
+ *     GradScaler skipped. Size schedules in optimizer steps of this rank:
+ *     num_training_steps = epochs * ceil(em_dataloader_len(dl) / K), read from
+ *     the PREPARED loader (per-rank length). Accelerate instead steps
+ *     num_processes times, for schedules sized on the unprepared loader.
+ *   - load_state restores every counter: the micro-step, the optimizer-step
+ *     count, each prepared dataloader's (epoch, batch) position (iteration
+ *     resumes mid-epoch, with the same data order) and the checkpoint
+ *     iteration of automatic naming (Accelerate forgets the last two).
+ *   - Automatic checkpoint naming sorts checkpoint_<n> folders numerically
+ *     (checkpoint_10 after checkpoint_9), deletes the oldest beyond
+ *     total_limit only AFTER the new checkpoint is complete, and never reuses
+ *     a number.
+ *   - fp16 works on the CPU (Accelerate silently trains in f32 there): the
+ *     autocast region runs matmuls in f16 and a GradScaler scales the loss.
+ *   - Clipping on a non-sync micro-step does nothing (the gradients are
+ *     partial, and under fp16 still scaled) and returns NAN.
+ *   - Constructor arguments win over the environment for both
+ *     mixed_precision and gradient_accumulation_steps (Accelerate lets
+ *     ACCELERATE_GRADIENT_ACCUMULATION_STEPS override the argument).
+ * The model handle stays the user's own em_module*: DDP is a companion object
+ * kept inside the accelerator, so unwrap_model returns the model itself and
+ * checkpoint names never get a "module." prefix.
+ *
+ * Threads: one thread drives an accelerator. Failure: outside failures return
+ * an em_status with em_last_error(); misuse (NULL objects, an object that
+ * was not prepared where one must be) goes to the misuse handler. */
+typedef enum em_mixed_precision {
+    EM_MP_DEFAULT = 0,   /* env EMBER_MIXED_PRECISION (no|bf16|fp16), else no */
+    EM_MP_NO,
+    EM_MP_BF16,          /* autocast regions in bf16; no scaler */
+    EM_MP_FP16           /* autocast regions in f16 + GradScaler (on the CPU too) */
+} em_mixed_precision;
 
 typedef struct em_accelerator_opts {
-    em_mixed_precision mixed_precision;      /* EM_MP_NO; env EMBER_MIXED_PRECISION is a fallback */
-    int gradient_accumulation_steps;         /* 0 -> 1 */
-    bool cpu;                                /* force the CPU */
+    em_mixed_precision mixed_precision;
+    int gradient_accumulation_steps;         /* 0 -> env EMBER_GRADIENT_ACCUMULATION_STEPS, then 1 */
+    bool cpu;                                /* force the CPU (env EMBER_USE_CPU=true too) */
     bool split_batches;                      /* dataloader sharding (reference §2.3) */
     int even_batches;                        /* 0 -> true, -1 -> false */
-    const char *project_dir;                 /* for automatic checkpoint naming */
+    const char *project_dir;                 /* automatic naming: <project_dir>/checkpoints/checkpoint_<n> */
     bool automatic_checkpoint_naming;
-    int total_limit;                         /* 0 -> keep all */
+    int total_limit;                         /* 0 -> keep all checkpoints */
     em_ddp_opts ddp;
     em_pg_opts pg;
+    em_grad_scaler_opts scaler;              /* fp16 only; zero fields: torch's defaults */
+    /* An existing process group to use (borrowed: it must outlive the
+     * accelerator). NULL: the process-wide world, joined (em_pg_init with
+     * .pg) by the first accelerator that needs it and left at exit, since MPI
+     * cannot start again once finalized (Accelerate's PartialState is a
+     * singleton too); later accelerators share it and their .pg is unused. */
+    em_process_group *process_group;
 } em_accelerator_opts;
 
 typedef struct em_accelerator em_accelerator;
+/* NULL with em_last_error() on failure (the world could not be joined, a bad
+ * environment value such as EMBER_MIXED_PRECISION=fp8). opts may be NULL. */
 em_accelerator *em_accelerator_new(const em_accelerator_opts *opts);
+/* Frees the DDP companions and the scaler; the prepared objects stay the
+ * caller's, and the world stays joined (see .process_group). NULL is ok. */
 void em_accelerator_free(em_accelerator *acc);
 
-/* Prepares the objects in place, in any order: models (moved, flattened,
- * wrapped in DDP when world > 1), optimizers, dataloaders (re-sharded for this
- * rank) and schedulers. Returns EM_OK or an error. */
+/* Prepares the objects in place, in any order, and returns EM_OK or an error:
+ *   - models: moved to the device, flattened (em_module_flatten), and given a
+ *     DDP companion when world > 1 (parameters broadcast from rank 0);
+ *   - optimizers: registered (their step/zero_grad then go through the
+ *     accelerator);
+ *   - dataloaders: re-sharded for this rank (em_dataloader_reshard with
+ *     num_processes, process_index, split_batches, even_batches, and rank 0's
+ *     shuffle seed, so every rank walks the same permutation);
+ *   - schedulers: registered (for save_state and the stepping rule).
+ * A NULL object is skipped. Preparing an object twice is a no-op. Collective:
+ * every rank prepares the same models in the same order. */
 typedef enum em_prepare_kind { EM_PREP_END = 0, EM_PREP_MODEL, EM_PREP_OPTIMIZER, EM_PREP_DATALOADER, EM_PREP_SCHEDULER } em_prepare_kind;
 em_status em_accelerator_prepare_list(em_accelerator *acc, int n, const em_prepare_kind *kinds, void *const *objs);
 #define em_accelerator_prepare(acc, model, opt, dl, sched) \
     em_accelerator_prepare_list((acc), 4, (em_prepare_kind[]){EM_PREP_MODEL, EM_PREP_OPTIMIZER, EM_PREP_DATALOADER, EM_PREP_SCHEDULER}, (void *[]){(model), (opt), (dl), (sched)})
+#define em_accelerator_prepare_model(acc, m) em_accelerator_prepare_list((acc), 1, (em_prepare_kind[]){EM_PREP_MODEL}, (void *[]){(m)})
+#define em_accelerator_prepare_optimizer(acc, o) em_accelerator_prepare_list((acc), 1, (em_prepare_kind[]){EM_PREP_OPTIMIZER}, (void *[]){(o)})
+#define em_accelerator_prepare_dataloader(acc, d) em_accelerator_prepare_list((acc), 1, (em_prepare_kind[]){EM_PREP_DATALOADER}, (void *[]){(d)})
+#define em_accelerator_prepare_scheduler(acc, s) em_accelerator_prepare_list((acc), 1, (em_prepare_kind[]){EM_PREP_SCHEDULER}, (void *[]){(s)})
 
-/* Divides loss by the accumulation steps of the current window (the short last
- * window of an epoch is weighted by its real length), scales it under fp16,
- * runs backward, and finishes DDP's all-reduce on sync steps. */
+/* `for batch in loader`: `for (em_batch b; em_accelerator_next(acc, dl, &b);) { ... }`.
+ * Ends the scope of the previous batch of dl (and any scope opened after it
+ * and still open, e.g. by an inner loop left with break), opens a new scope,
+ * and fetches the next batch into it; at the end of the epoch it closes the
+ * scope and returns false (a failure of the loader too: check
+ * em_dataloader_status). It also marks dl as the active loader, whose
+ * end_of_dataloader and remainder drive accumulation and gather_for_metrics.
+ * With plain em_dataloader_next the active loader is the prepared one whose
+ * position changed since the accelerator last looked. */
+bool em_accelerator_next(em_accelerator *acc, em_dataloader *dl, em_batch *out);
+
+/* Divides loss by the length of the current accumulation window, scales it
+ * under fp16, runs em_backward, and on sync steps finishes DDP's all-reduce
+ * (on non-sync steps DDP is in no_sync). Outside an EM_ACCUMULATE block each
+ * backward is a micro-step of its own (as if wrapped in one). */
 em_status em_accelerator_backward(em_accelerator *acc, em_tensor *loss);
-/* Accumulation context: EM_ACCUMULATE(acc, model) { forward; backward; step; } */
+/* Accumulation context: EM_ACCUMULATE(acc, model) { forward; backward; step; }
+ * One micro-step: sync_gradients = end_of_dataloader || the window is full;
+ * on non-sync steps model's DDP companion skips its all-reduce (no_sync).
+ * model NULL: every prepared model. Do not break/return out of the block. */
 void em_accelerator_accumulate_begin(em_accelerator *acc, em_module *model);
 void em_accelerator_accumulate_end(em_accelerator *acc);
 #define EM_ACCUMULATE(acc, model) \
     for (int em__a_ = (em_accelerator_accumulate_begin((acc), (model)), 0); !em__a_; em__a_ = (em_accelerator_accumulate_end(acc), 1))
+/* Whether the current micro-step ends a window (true before any micro-step). */
 bool em_accelerator_sync_gradients(const em_accelerator *acc);
+int em_accelerator_gradient_accumulation_steps(const em_accelerator *acc);
 
-/* The prepared optimizer and scheduler steps: no-ops on non-sync micro-steps;
- * the scheduler also skips when the optimizer step was skipped (fp16 overflow).
- * Rule: the scheduler steps once per optimizer step that happened. */
+/* The prepared optimizer's step and zero_grad: no-ops on non-sync
+ * micro-steps. Under fp16 the step unscales (unless clipping did), skips on
+ * inf/NaN gradients and updates the scale. zero_grad zeroes in place (the
+ * gradients stay views of the flat buffer that DDP reduces).
+ * The scheduler steps once per optimizer step that happened (the rule above). */
 em_status em_accelerator_optimizer_step(em_accelerator *acc, em_optimizer *opt);
 void em_accelerator_optimizer_zero_grad(em_accelerator *acc, em_optimizer *opt);
 void em_accelerator_scheduler_step(em_accelerator *acc, em_scheduler *sched);
+/* Whether the last optimizer step of any prepared optimizer was skipped (fp16 overflow). */
 bool em_accelerator_optimizer_step_was_skipped(const em_accelerator *acc);
+/* Real optimizer steps so far (skipped ones not counted). */
+int64_t em_accelerator_optimizer_steps(const em_accelerator *acc);
 
-/* Autocast region for the configured mixed precision. */
+/* Autocast region for the configured mixed precision (bf16 or f16 matmuls;
+ * nothing with EM_MP_NO). Do not break/return out of the block. */
 void em_accelerator_autocast_begin(em_accelerator *acc);
 void em_accelerator_autocast_end(em_accelerator *acc);
 #define EM_AUTOCAST(acc) \
     for (int em__c_ = (em_accelerator_autocast_begin(acc), 0); !em__c_; em__c_ = (em_accelerator_autocast_end(acc), 1))
+em_mixed_precision em_accelerator_mixed_precision(const em_accelerator *acc);
+em_grad_scaler *em_accelerator_grad_scaler(em_accelerator *acc);   /* NULL unless fp16 */
 
-/* Unscales (fp16) then clips like torch.nn.utils.clip_grad_norm_; returns the total norm. */
+/* Unscales (fp16) every prepared optimizer, then clips model's gradients like
+ * torch.nn.utils.clip_grad_norm_ (model NULL: every prepared optimizer's
+ * parameters); returns the total norm before clipping. NAN (nothing done) on
+ * a non-sync micro-step or on failure. */
 double em_accelerator_clip_grad_norm(em_accelerator *acc, em_module *model, double max_norm);
-/* Gathers each tensor across ranks (dim 0) and, on the last batch of a
- * prepared dataloader, drops the padded duplicates. out[i] owned by the scope. */
+/* Gathers each tensor across ranks along dim 0 (0-d tensors count as one
+ * row; dim-0 sizes may differ by rank) and, on the last batch of the active
+ * dataloader, keeps only the first `remainder` rows: exactly the real
+ * samples, with the loop-back duplicates dropped. out[i] belong to the
+ * current scope. Collective. */
 em_status em_accelerator_gather_for_metrics(em_accelerator *acc, int n, em_tensor *const *in, em_tensor **out);
 em_status em_accelerator_gather(em_accelerator *acc, em_tensor *t, em_tensor **out);
-/* Sum (or mean) across ranks into a new tensor. */
+/* A new tensor (current scope): t reduced across ranks (SUM, AVG, MAX, MIN).
+ * NULL on failure. Collective. */
 em_tensor *em_accelerator_reduce(em_accelerator *acc, em_tensor *t, em_reduce_op op);
 
-/* Full training state: models, optimizers, schedulers, scaler, RNG, dataloader
- * positions and the accelerator's counters, as safetensors + JSON, atomically
- * (written to a temporary folder, then renamed). dir NULL -> automatic naming. */
+/* Full training state into dir, atomically: it is written into
+ * "<dir>.tmp-ember" and renamed (an existing dir is swapped out, then
+ * removed). Layout (safetensors + JSON, no pickle):
+ *   model.safetensors, model_<i>.safetensors   unwrapped parameters + persistent buffers
+ *   optimizer.safetensors, optimizer_<i>...    em_optimizer_state_save
+ *   scheduler.safetensors, scheduler_<i>...    em_scheduler_state_save
+ *   scaler.safetensors                         em_grad_scaler_state_save (fp16)
+ *   random_states_<rank>.json                  each rank: its RNG state, its loaders' positions
+ *   accelerator_state.json                     counters: step, optimizer_steps, iteration (the
+ *                                              next automatic number), epoch, world_size, counts
+ * (index i > 0 in prepare order). dir NULL: automatic naming
+ * (<project_dir>/checkpoints/checkpoint_<iteration>; iteration += 1; then
+ * the oldest beyond total_limit are deleted). Save at a sync step: gradients
+ * are not saved. Collective. */
 em_status em_accelerator_save_state(em_accelerator *acc, const char *dir);
+/* Restores all of the above from dir (NULL: the latest automatic
+ * checkpoint), into objects prepared in the same order. A checkpoint that
+ * does not fit (other parameter names or shapes, counts, world size) is
+ * EM_ERR_INVALID naming the file and field. Collective. */
 em_status em_accelerator_load_state(em_accelerator *acc, const char *dir);
-/* save_pretrained of the unwrapped model on the main process only. */
+/* The number the next automatic checkpoint gets. */
+int64_t em_accelerator_iteration(const em_accelerator *acc);
+/* em_save_pretrained of the unwrapped model on the main process, then a
+ * barrier (call it on every rank). */
 em_status em_accelerator_save_model(em_accelerator *acc, em_module *model, const char *dir);
 
 void em_accelerator_wait_for_everyone(em_accelerator *acc);
 bool em_accelerator_is_main_process(const em_accelerator *acc);
 bool em_accelerator_is_local_main_process(const em_accelerator *acc);
+bool em_accelerator_is_last_process(const em_accelerator *acc);
 int em_accelerator_process_index(const em_accelerator *acc);
+int em_accelerator_local_process_index(const em_accelerator *acc);
 int em_accelerator_num_processes(const em_accelerator *acc);
 em_device em_accelerator_device(const em_accelerator *acc);
 em_module *em_accelerator_unwrap_model(em_accelerator *acc, em_module *model);
 em_process_group *em_accelerator_process_group(em_accelerator *acc);
-/* printf on the local main process only. */
+/* printf on the local main process only (flushed). */
 void em_accelerator_print(em_accelerator *acc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* [begin, end) of n items for this rank (Accelerate's split_between_processes). */
+/* [begin, end) of n items for this rank (Accelerate's split_between_processes:
+ * q, r = divmod(n, P); rank i gets q + (i < r) items starting at i*q + min(i, r)). */
 void em_accelerator_split_between_processes(const em_accelerator *acc, int64_t n, int64_t *begin, int64_t *end);
 int64_t em_accelerator_step(const em_accelerator *acc);   /* micro-steps so far */
+
+/* Run-on-process helpers (Accelerate's decorators and context managers):
+ *   EM_ON_MAIN_PROCESS(acc) { ... }         the body runs on rank 0 only
+ *   EM_ON_LOCAL_MAIN_PROCESS(acc) { ... }   on each node's local rank 0
+ *   EM_ON_PROCESS(acc, i) { ... }           on rank i
+ *   EM_MAIN_PROCESS_FIRST(acc) { ... }      rank 0 runs the body, then the others
+ * (the last one is collective; do not break/return out of it). */
+#define EM_ON_MAIN_PROCESS(acc) if (em_accelerator_is_main_process(acc))
+#define EM_ON_LOCAL_MAIN_PROCESS(acc) if (em_accelerator_is_local_main_process(acc))
+#define EM_ON_PROCESS(acc, i) if (em_accelerator_process_index(acc) == (i))
+void em_accelerator_main_process_first_begin(em_accelerator *acc);
+void em_accelerator_main_process_first_end(em_accelerator *acc);
+#define EM_MAIN_PROCESS_FIRST(acc) \
+    for (int em__m_ = (em_accelerator_main_process_first_begin(acc), 0); !em__m_; em__m_ = (em_accelerator_main_process_first_end(acc), 1))
 
 #ifdef __cplusplus
 }

@@ -6,17 +6,22 @@
  * large-message all-reduce moves a few hundred MB/s here, while memory moves
  * tens of GB/s.
  *
- * Layout: a control segment with one cache-line slot per rank (its pid, the
- * collective it last entered, and a phase counter), and one data segment per
- * rank, as large as the largest all-reduce so far. With P ranks, the tensor
- * is cut into P chunks; rank r owns chunk r. One all-reduce is three phases,
- * each ended by bumping the rank's phase counter and begun by waiting for
- * every peer's:
- *   A. copy every chunk but r into my segment;
- *   B. reduce chunk r over all ranks (mine from my tensor, the others from
- *      their segments), in rank order, into my tensor and my segment;
- *   C. copy every other chunk q, reduced, from rank q's segment.
- * Each rank moves about 2 N bytes in and 2 N out for N bytes of tensor (P=2).
+ * One segment holds a control slot per rank (its pid, the collective it last
+ * entered, three progress counters) and a small ring per rank: `ring` steps of
+ * STEP bytes. The tensor is walked in steps; each step is cut into P parts and
+ * rank r owns part r. For step g, with slot = g % ring:
+ *   A. copy my parts q != r into my ring slot;
+ *   B. reduce part r over all ranks (mine from my tensor, the others from
+ *      their ring slots), in rank order, into my tensor and my ring slot;
+ *   C. copy every other part q, reduced, from rank q's ring slot.
+ * A rank does B(g), then A(g+1), then C(g), so it prepares the next step while
+ * the peers finish reducing this one. Each phase ends by bumping my counter
+ * and starts by waiting for the peers' counters: B(g) needs every A(g), C(g)
+ * every B(g), and A(g) needs every C(g - ring) (nobody still reads the slot).
+ * The ring is small enough to stay in the shared L3 cache, so for N bytes of
+ * tensor a rank reads N and writes N bytes of DRAM (its own tensor), and the
+ * exchange itself goes through the cache.
+ *
  * Waits poll with the group's deadline and notice dead peers (kill(pid, 0)).
  * The header exchange before (pg_mpi.c) guarantees that every rank is in the
  * same all-reduce of the same size, so every decision here is the same on
@@ -27,6 +32,7 @@
 #include "ember_config.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,34 +41,42 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <linux/futex.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
+
 
 #define SLOT 128
 typedef struct shm_slot {
-    _Atomic uint64_t phase;   /* three per shared-memory all-reduce */
-    _Atomic uint64_t seq;     /* the collective this rank entered last */
+    _Atomic uint64_t a, b, c;  /* steps this rank finished in phases A, B and C (ever) */
+    _Atomic uint64_t seq;      /* the collective this rank entered last */
+    _Atomic uint32_t bell;     /* futex word: bumped with every counter */
+    _Atomic uint32_t sleepers; /* peers asleep on bell */
     int32_t pid;
-    char pad[SLOT - 2 * sizeof(uint64_t) - sizeof(int32_t)];
+    char pad[SLOT - 4 * sizeof(uint64_t) - 3 * sizeof(uint32_t)];
 } shm_slot;
 _Static_assert(sizeof(shm_slot) == SLOT, "shm_slot is one slot");
 
 typedef struct shm_tag {
     char name[40];            /* "/ember-<pid>-<random>" */
-    uint64_t nonce;           /* written into the control segment by rank 0 */
+    uint64_t nonce;           /* written into the segment by rank 0 */
+    uint64_t step;            /* bytes per step (rank 0's choice) */
+    uint64_t ring;            /* steps per ring (rank 0's choice) */
 } shm_tag;
 
 struct em__pg_shm {
     shm_tag tag;
+    char *base;               /* the whole segment */
+    size_t bytes;
     shm_slot *ctl;            /* slot 0 holds the nonce; rank q uses slot q + 1 */
-    size_t ctl_bytes;
-    char **seg;               /* [world] data segments, all mapped here */
+    char *ring0;              /* rank q's ring: ring0 + q * ring * step */
+    uint64_t ring;            /* steps in a ring (EMBER_SHM_RING, default 4) */
+    size_t step;              /* bytes per step, a multiple of 64 * P */
+    uint64_t steps;           /* steps done so far, by every rank alike */
     const void **src;         /* [world] reduction sources (scratch) */
-    size_t cap;               /* bytes of each data segment (equal on every rank) */
-    uint64_t gen;             /* data segment generation (names are unique) */
-    uint64_t ops;             /* shared-memory all-reduces so far */
     size_t min_bytes;         /* smaller all-reduces stay on MPI */
-    bool data_ok;             /* false after a failed grow: MPI takes over */
 };
 
 #define MY(pg) (&(pg)->shm->ctl[(pg)->rank + 1])
@@ -80,14 +94,13 @@ static uint64_t random_u64(void)
     return x ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(em__pg_now() * 1e9);
 }
 
-/* Maps a named segment of `bytes`; create: exclusive create and reserve the
- * memory (posix_fallocate: a full /dev/shm fails here, not with SIGBUS later). */
+/* Maps the named segment; create: exclusive create and reserve the memory
+ * (posix_fallocate: a full /dev/shm fails here, not with SIGBUS later). */
 static void *map_segment(const char *name, size_t bytes, bool create)
 {
     int fd = create ? shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600) : shm_open(name, O_RDWR, 0);
     if (fd < 0)
         return NULL;
-    void *p = NULL;
     struct stat st;
     if (create) {
         if (posix_fallocate(fd, 0, (off_t)bytes) != 0) {
@@ -99,7 +112,7 @@ static void *map_segment(const char *name, size_t bytes, bool create)
         close(fd);
         return NULL;
     }
-    p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
     close(fd);
     if (p == MAP_FAILED) {
         if (create)
@@ -110,15 +123,15 @@ static void *map_segment(const char *name, size_t bytes, bool create)
 }
 
 /* All ranks learn whether all of them succeeded (the exchange is also a barrier). */
-static em_status all_ok(em_process_group *pg, bool mine, bool *all, const char *what, char *msg, size_t cap)
+static em_status all_ok(em_process_group *pg, bool mine, bool *all, char *msg, size_t cap)
 {
     char stack[256], *flags = pg->world <= 256 ? stack : malloc((size_t)pg->world);
     if (!flags) {
-        snprintf(msg, cap, "%s: out of memory", what);
+        snprintf(msg, cap, "shared-memory setup: out of memory");
         return EM_ERR_OOM;
     }
     char c = mine ? 1 : 0;
-    em_status s = em__pg_mpi_allgather_bytes(pg, &c, flags, 1, what, msg, cap);
+    em_status s = em__pg_mpi_allgather_bytes(pg, &c, flags, 1, "shared-memory setup", msg, cap);
     *all = true;
     for (int q = 0; s == EM_OK && q < pg->world; q++)
         *all = *all && flags[q];
@@ -127,14 +140,22 @@ static em_status all_ok(em_process_group *pg, bool mine, bool *all, const char *
     return s;
 }
 
+static size_t env_size(const char *name, size_t dflt)
+{
+    const char *e = getenv(name);
+    return e && *e ? (size_t)strtoull(e, NULL, 10) : dflt;
+}
+
 em_status em__pg_shm_setup(em_process_group *pg, char *msg, size_t cap)
 {
     int world = pg->world;
     em__pg_shm *sh = calloc(1, sizeof *sh);
     shm_tag *tags = calloc((size_t)world, sizeof *tags);
-    if (!sh || !tags) {
+    const void **src = calloc((size_t)world, sizeof *src);
+    if (!sh || !tags || !src) {
         free(sh);
         free(tags);
+        free(src);
         return EM_OK;   /* no shared memory: MPI carries everything */
     }
     shm_tag mine = {0};
@@ -142,72 +163,54 @@ em_status em__pg_shm_setup(em_process_group *pg, char *msg, size_t cap)
         mine.nonce = random_u64();
         snprintf(mine.name, sizeof mine.name, "/ember-%d-%08llx", (int)getpid(),
                  (unsigned long long)(mine.nonce & 0xffffffffu));
+        /* the step: EMBER_SHM_STEP_KB (default 1024), whole 64-byte lines per part */
+        size_t step = env_size("EMBER_SHM_STEP_KB", 1024) << 10, unit = (size_t)64 * (size_t)world;
+        mine.step = step < unit ? unit : step / unit * unit;
+        mine.ring = env_size("EMBER_SHM_RING", 4);
+        mine.ring = mine.ring < 2 ? 2 : mine.ring;
     }
     em_status s = em__pg_mpi_allgather_bytes(pg, &mine, tags, (int)sizeof mine, "shared-memory setup", msg, cap);
-    if (s != EM_OK) {
-        free(sh);
-        free(tags);
-        return s;
-    }
     sh->tag = tags[0];
     free(tags);
-    sh->ctl_bytes = (size_t)(world + 1) * SLOT;
-    char ctl_name[64];
-    snprintf(ctl_name, sizeof ctl_name, "%s-ctl", sh->tag.name);
-
-    bool ok0 = true, ok = true;
-    if (pg->rank == 0) {
-        sh->ctl = map_segment(ctl_name, sh->ctl_bytes, true);
-        ok0 = sh->ctl != NULL;
-        if (ok0) {
-            memcpy(sh->ctl[0].pad, &sh->tag.nonce, sizeof sh->tag.nonce);
-            sh->ctl[1].pid = (int32_t)getpid();
-        }
-    }
-    s = all_ok(pg, ok0, &ok, "shared-memory setup", msg, cap);
-    if (s == EM_OK && ok && pg->rank != 0) {
-        sh->ctl = map_segment(ctl_name, sh->ctl_bytes, false);
-        uint64_t nonce = 0;
-        if (sh->ctl)
-            memcpy(&nonce, sh->ctl[0].pad, sizeof nonce);
-        ok0 = sh->ctl && nonce == sh->tag.nonce;   /* the same segment, so the same node */
+    sh->step = (size_t)sh->tag.step;
+    sh->ring = sh->tag.ring;
+    sh->bytes = (size_t)(world + 1) * SLOT + (size_t)world * sh->ring * sh->step;
+    bool ok0 = true, ok = false;
+    if (s == EM_OK && pg->rank == 0) {
+        sh->base = map_segment(sh->tag.name, sh->bytes, true);
+        ok0 = sh->base != NULL;
         if (ok0)
-            sh->ctl[pg->rank + 1].pid = (int32_t)getpid();
+            memcpy(sh->base, &sh->tag.nonce, sizeof sh->tag.nonce);   /* slot 0 */
+    }
+    if (s == EM_OK)
+        s = all_ok(pg, ok0, &ok, msg, cap);
+    if (s == EM_OK && ok && pg->rank != 0) {
+        sh->base = map_segment(sh->tag.name, sh->bytes, false);
+        uint64_t nonce = 0;
+        if (sh->base)
+            memcpy(&nonce, sh->base, sizeof nonce);
+        ok0 = sh->base && nonce == sh->tag.nonce;   /* the same segment, so the same node */
     }
     if (s == EM_OK && ok)
-        s = all_ok(pg, ok0, &ok, "shared-memory setup", msg, cap);
-    if (pg->rank == 0 && sh->ctl)
-        shm_unlink(ctl_name);   /* mapped by all who could: the name is no longer needed */
+        s = all_ok(pg, ok0, &ok, msg, cap);
+    if (pg->rank == 0 && sh->base)
+        shm_unlink(sh->tag.name);   /* mapped by everyone who could: the name has served */
     if (s != EM_OK || !ok) {
-        if (sh->ctl)
-            munmap(sh->ctl, sh->ctl_bytes);
+        if (sh->base)
+            munmap(sh->base, sh->bytes);
         free(sh);
-        return s;
+        free(src);
+        return s;   /* EM_OK: no shared memory, MPI carries everything */
     }
-    sh->seg = calloc((size_t)world, sizeof *sh->seg);
-    sh->src = calloc((size_t)world, sizeof *sh->src);
-    if (!sh->seg || !sh->src) {
-        munmap(sh->ctl, sh->ctl_bytes);
-        free(sh->seg);
-        free(sh->src);
-        free(sh);
-        return EM_OK;   /* no shared memory: MPI carries everything */
-    }
-    const char *e = getenv("EMBER_SHM_MIN_BYTES");
-    sh->min_bytes = e ? (size_t)strtoull(e, NULL, 10) : (size_t)256 << 10;
-    sh->data_ok = true;
+    /* slot 0 holds the nonce; the ranks' slots follow, then the rings */
+    sh->ctl = (shm_slot *)(void *)sh->base;
+    sh->ring0 = sh->base + (size_t)(world + 1) * SLOT;
+    sh->src = src;
+    sh->min_bytes = env_size("EMBER_SHM_MIN_BYTES", (size_t)256 << 10);
     pg->shm = sh;
-    return EM_OK;
-}
-
-static void unmap_data(em__pg_shm *sh, int world)
-{
-    for (int q = 0; q < world; q++)
-        if (sh->seg[q]) {
-            munmap(sh->seg[q], sh->cap);
-            sh->seg[q] = NULL;
-        }
-    sh->cap = 0;
+    MY(pg)->pid = (int32_t)getpid();
+    /* everyone's pid is written before anyone checks for dead peers */
+    return em__pg_mpi_barrier(pg, "shared-memory setup", msg, cap);
 }
 
 void em__pg_shm_free(em_process_group *pg)
@@ -215,10 +218,8 @@ void em__pg_shm_free(em_process_group *pg)
     em__pg_shm *sh = pg->shm;
     if (!sh)
         return;
-    unmap_data(sh, pg->world);
-    free(sh->seg);
+    munmap(sh->base, sh->bytes);
     free(sh->src);
-    munmap(sh->ctl, sh->ctl_bytes);
     free(sh);
     pg->shm = NULL;
 }
@@ -264,68 +265,47 @@ bool em__pg_shm_dead_peer(em_process_group *pg, char *buf, size_t cap)
 bool em__pg_shm_wants(em_process_group *pg, const em__pg_job *job)
 {
     em__pg_shm *sh = pg->shm;
-    return sh && sh->data_ok && job->kind == EM__PG_ALL_REDUCE && job->dtype != EM_BOOL &&
+    return sh && job->kind == EM__PG_ALL_REDUCE && job->dtype != EM_BOOL &&
            (size_t)job->numel * em_dtype_size(job->dtype) >= sh->min_bytes;
 }
 
-/* Replaces every rank's data segment by a larger one. Collective: every rank
- * calls it at the same all-reduce (they agree on the size). On a failure
- * anywhere (a full /dev/shm), every rank turns the shared-memory path off. */
-static em_status grow(em_process_group *pg, em__pg_job *job, size_t need)
+/* Waiting sleeps on the peer's bell (a process-shared futex) after a short
+ * spin, so that on a busy machine the waiter gives its core away instead of
+ * spinning while the peer it waits for sits in a run queue. */
+static void ring_bell(em_process_group *pg)
 {
-    em__pg_shm *sh = pg->shm;
-    int world = pg->world;
-    size_t align = (size_t)4 << 20;
-    size_t cap = (need + align - 1) / align * align;
-    uint64_t gen = sh->gen + 1;
-    char name[96], msg[256];
-    char **seg = calloc((size_t)world, sizeof *seg);
-    snprintf(name, sizeof name, "%s-d%d-g%llu", sh->tag.name, pg->rank, (unsigned long long)gen);
-    if (seg)
-        seg[pg->rank] = map_segment(name, cap, true);
-    bool ok = seg && seg[pg->rank];
-    em_status s = all_ok(pg, ok, &ok, "growing the shared-memory buffers", msg, sizeof msg);
-    if (s == EM_OK && ok) {
-        for (int q = 0; q < world && ok; q++) {
-            if (q == pg->rank)
-                continue;
-            char peer[96];
-            snprintf(peer, sizeof peer, "%s-d%d-g%llu", sh->tag.name, q, (unsigned long long)gen);
-            seg[q] = map_segment(peer, cap, false);
-            ok = seg[q] != NULL;
-        }
-        s = all_ok(pg, ok, &ok, "growing the shared-memory buffers", msg, sizeof msg);
-    }
-    if (seg && seg[pg->rank])
-        shm_unlink(name);
-    if (s != EM_OK || !ok) {
-        for (int q = 0; seg && q < world; q++)
-            if (seg[q])
-                munmap(seg[q], cap);
-        free(seg);
-        sh->data_ok = false;
-        if (s == EM_ERR_TIMEOUT)
-            return em__pg_timeout(pg, job, "growing the shared-memory buffers");
-        if (s != EM_OK)
-            return em__pg_job_fail(job, s, "%s", msg);
-        return EM_OK;
-    }
-    unmap_data(sh, world);
-    memcpy(sh->seg, seg, sizeof *seg * (size_t)world);
-    free(seg);
-    sh->cap = cap;
-    sh->gen = gen;
-    return EM_OK;
+    shm_slot *me = MY(pg);
+    atomic_fetch_add(&me->bell, 1);   /* seq_cst: ordered before reading sleepers */
+    if (atomic_load(&me->sleepers))
+        syscall(SYS_futex, &me->bell, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
 }
 
-/* Waits until every peer's phase counter reaches target. */
-static bool wait_peers(em_process_group *pg, em__pg_job *job, uint64_t target, double t0)
+static _Atomic uint64_t *counter(em_process_group *pg, int q, size_t which)
+{
+    return (_Atomic uint64_t *)(void *)((char *)PEER(pg, q) + which);
+}
+
+/* Sleeps until q's bell rings (or 10 ms pass), unless q's counter is there. */
+static void sleep_on(em_process_group *pg, int q, size_t which, uint64_t target)
+{
+    shm_slot *peer = PEER(pg, q);
+    uint32_t bell = atomic_load(&peer->bell);
+    atomic_fetch_add(&peer->sleepers, 1);   /* seq_cst: ordered before re-reading the counter */
+    if (atomic_load(counter(pg, q, which)) < target) {
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        syscall(SYS_futex, &peer->bell, FUTEX_WAIT, bell, &ts, NULL, 0);
+    }
+    atomic_fetch_sub(&peer->sleepers, 1);
+}
+
+/* Waits until every peer's counter (a, b or c) reaches target. */
+static bool wait_peers(em_process_group *pg, em__pg_job *job, size_t which, uint64_t target, double t0)
 {
     double next_check = em__pg_now() + 0.25;
     for (long it = 0;; it++) {
         int q = 0;
         for (; q < pg->world; q++)
-            if (q != pg->rank && atomic_load_explicit(&PEER(pg, q)->phase, memory_order_acquire) < target)
+            if (q != pg->rank && atomic_load_explicit(counter(pg, q, which), memory_order_acquire) < target)
                 break;
         if (q == pg->world)
             return true;
@@ -345,55 +325,111 @@ static bool wait_peers(em_process_group *pg, em__pg_job *job, uint64_t target, d
                 return false;
             }
         }
-        em__pg_backoff(it, waited);
+        if (it < 256)
+            em__pg_backoff(it, 0);
+        else
+            sleep_on(pg, q, which, target);
     }
+}
+
+#define WAIT(field, target) wait_peers(pg, job, offsetof(shm_slot, field), (target), t0)
+#define DONE(field, value) (atomic_store_explicit(&MY(pg)->field, (value), memory_order_release), ring_bell(pg))
+
+/* Step geometry: part q of local step k is [k*S + q*pe, ...) clipped to n. */
+typedef struct geom {
+    int64_t n, pe, S;   /* elements: tensor, per part, per step */
+    size_t es, step;    /* element size, step bytes in the ring */
+} geom;
+
+static int64_t part_lo(const geom *G, int64_t k, int q)
+{
+    int64_t lo = k * G->S + (int64_t)q * G->pe;
+    return lo < G->n ? lo : G->n;
+}
+static int64_t part_hi(const geom *G, int64_t k, int q)
+{
+    int64_t hi = part_lo(G, k, q) + G->pe;
+    return hi < G->n ? hi : G->n;
+}
+
+/* my ring slot for global step g, rank q's; parts sit at q' * pe within it */
+static char *ring(em__pg_shm *sh, int q, uint64_t g)
+{
+    return sh->ring0 + ((size_t)q * sh->ring + (size_t)(g % sh->ring)) * sh->step;
+}
+
+static bool phase_a(em_process_group *pg, em__pg_job *job, const geom *G, int64_t k, uint64_t g, double t0)
+{
+    em__pg_shm *sh = pg->shm;
+    if (g >= sh->ring && !WAIT(c, g - sh->ring + 1))
+        return false;
+    char *buf = job->buf, *slot = ring(sh, pg->rank, g);
+    for (int q = 0; q < pg->world; q++) {
+        if (q == pg->rank)
+            continue;
+        int64_t lo = part_lo(G, k, q), hi = part_hi(G, k, q);
+        memcpy(slot + (size_t)q * (size_t)G->pe * G->es, buf + (size_t)lo * G->es, (size_t)(hi - lo) * G->es);
+    }
+    DONE(a, g + 1);
+    return true;
+}
+
+static bool phase_b(em_process_group *pg, em__pg_job *job, const geom *G, int64_t k, uint64_t g, double t0)
+{
+    em__pg_shm *sh = pg->shm;
+    int r = pg->rank;
+    if (!WAIT(a, g + 1))
+        return false;
+    int64_t lo = part_lo(G, k, r), hi = part_hi(G, k, r);
+    size_t at = (size_t)r * (size_t)G->pe * G->es;
+    char *mine = (char *)job->buf + (size_t)lo * G->es;
+    for (int q = 0; q < pg->world; q++)
+        sh->src[q] = q == r ? mine : ring(sh, q, g) + at;
+    em__pg_reduce_into(mine, ring(sh, r, g) + at, sh->src, pg->world, hi - lo, job->dtype, job->red);
+    DONE(b, g + 1);
+    return true;
+}
+
+static bool phase_c(em_process_group *pg, em__pg_job *job, const geom *G, int64_t k, uint64_t g, double t0)
+{
+    em__pg_shm *sh = pg->shm;
+    if (!WAIT(b, g + 1))
+        return false;
+    char *buf = job->buf;
+    for (int q = 0; q < pg->world; q++) {
+        if (q == pg->rank)
+            continue;
+        int64_t lo = part_lo(G, k, q), hi = part_hi(G, k, q);
+        memcpy(buf + (size_t)lo * G->es, ring(sh, q, g) + (size_t)q * (size_t)G->pe * G->es, (size_t)(hi - lo) * G->es);
+    }
+    DONE(c, g + 1);
+    return true;
 }
 
 bool em__pg_shm_all_reduce(em_process_group *pg, em__pg_job *job, double t0)
 {
     em__pg_shm *sh = pg->shm;
-    int world = pg->world, r = pg->rank;
-    size_t es = em_dtype_size(job->dtype);
-    int64_t n = job->numel;
-    size_t bytes = (size_t)n * es;
-    if (bytes > sh->cap) {
-        if (grow(pg, job, bytes) != EM_OK)
-            return true;      /* failed: job->status says why */
-        if (!sh->data_ok)
-            return false;     /* declined on every rank: MPI takes it */
+    geom G;
+    G.n = job->numel;
+    G.es = em_dtype_size(job->dtype);
+    G.step = sh->step;
+    G.pe = (int64_t)(sh->step / (size_t)pg->world / G.es);
+    G.S = G.pe * pg->world;
+    int64_t steps = (G.n + G.S - 1) / G.S;
+    uint64_t g0 = sh->steps;
+    sh->steps += (uint64_t)steps;   /* every rank counts the same steps, even after a failure */
+    if (steps == 0)
+        return true;
+    if (!phase_a(pg, job, &G, 0, g0, t0))
+        return true;
+    for (int64_t k = 0; k < steps; k++) {
+        if (!phase_b(pg, job, &G, k, g0 + (uint64_t)k, t0))
+            return true;
+        if (k + 1 < steps && !phase_a(pg, job, &G, k + 1, g0 + (uint64_t)k + 1, t0))
+            return true;
+        if (!phase_c(pg, job, &G, k, g0 + (uint64_t)k, t0))
+            return true;
     }
-    /* chunk q = [lo(q), hi(q)), 64-element aligned */
-    int64_t ce = ((n + world - 1) / world + 63) / 64 * 64;
-#define LO(q) ((int64_t)(q) * ce < n ? (int64_t)(q) * ce : n)
-#define HI(q) (LO(q) + ce < n ? LO(q) + ce : n)
-    char *buf = job->buf, *mine = sh->seg[r];
-    uint64_t base = 3 * sh->ops++;
-
-    /* A: every peer is done with the previous all-reduce (it read my segment) */
-    if (!wait_peers(pg, job, base, t0))
-        return true;
-    memcpy(mine, buf, (size_t)LO(r) * es);
-    memcpy(mine + HI(r) * es, buf + HI(r) * es, (size_t)(n - HI(r)) * es);
-    atomic_store_explicit(&MY(pg)->phase, base + 1, memory_order_release);
-
-    /* B: reduce my chunk */
-    if (!wait_peers(pg, job, base + 1, t0))
-        return true;
-    const void **src = sh->src;
-    for (int q = 0; q < world; q++)
-        src[q] = (q == r ? buf : sh->seg[q]) + LO(r) * es;
-    em__pg_reduce_into(buf + LO(r) * es, mine + LO(r) * es, src, world, HI(r) - LO(r), job->dtype, job->red);
-    atomic_store_explicit(&MY(pg)->phase, base + 2, memory_order_release);
-
-    /* C: gather the other reduced chunks */
-    if (!wait_peers(pg, job, base + 2, t0))
-        return true;
-    for (int q = 0; q < world; q++)
-        if (q != r)
-            memcpy(buf + LO(q) * es, sh->seg[q] + LO(q) * es, (size_t)(HI(q) - LO(q)) * es);
-    atomic_store_explicit(&MY(pg)->phase, base + 3, memory_order_release);
-#undef LO
-#undef HI
     return true;
 }
 

@@ -345,6 +345,11 @@ static em_status parse(const cJSON *j, const char *path, void *out)
     if (pet && !(cJSON_IsString(pet) && !strcmp(pet->valuestring, "absolute")))
         return em__fail(EM_ERR_UNSUPPORTED, "%s: position_embedding_type %s is not supported (only \"absolute\")", path,
                         cJSON_IsString(pet) ? pet->valuestring : "(not a string)");
+    bool decoder = false, cross = false;
+    if (!s) s = em__json_bool(j, path, "is_decoder", &decoder);
+    if (!s) s = em__json_bool(j, path, "add_cross_attention", &cross);
+    if (!s && (decoder || cross))
+        return em__fail(EM_ERR_UNSUPPORTED, "%s: is_decoder / add_cross_attention are not supported (encoders only)", path);
     if (!s) s = em__json_int(j, path, "vocab_size", 1, &c.vocab_size);
     if (!s) s = em__json_int(j, path, "hidden_size", 1, &c.hidden_size);
     if (!s) s = em__json_int(j, path, "num_hidden_layers", 1, &c.num_hidden_layers);

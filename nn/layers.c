@@ -37,7 +37,14 @@ em_tensor *em__new_param(em_module *m, const char *name, int ndim, const int64_t
     em_tensor *t = NULL;
     em_scope_begin();
     em_tensor *e = em_empty(ndim, shape, dt, dev);
-    if (e) t = frozen ? em_module_register_buffer(m, name, e, true) : em_module_register_parameter(m, name, e);
+    if (e && frozen) {
+        t = em_module_register_buffer(m, name, e, true);
+    } else if (e) {
+        /* registering makes the autograd record, which may fail (OOM): then the
+         * entry holds NULL and the module must not point at e */
+        em_module_register_parameter(m, name, e);
+        t = m->n_params && m->params[m->n_params - 1].tensor == e ? e : NULL;
+    }
     em_scope_end();   /* the module holds its own reference */
     return t;
 }
@@ -88,8 +95,6 @@ em_tensor *em_nn_linear_forward(em_nn_linear *l, em_tensor *x)
     EM_CHECK(x->ndim >= 1 && x->shape[x->ndim - 1] == l->in_features, op,
              "input %s does not end in in_features %lld (weight %s)", em__shape_str(x), (long long)l->in_features,
              em__shape_str(l->weight));
-    EM_CHECK(x->dtype == l->weight->dtype, op, "input dtype %s differs from the weight's %s", em_dtype_name(x->dtype),
-             em_dtype_name(l->weight->dtype));
     em_tensor *y = NULL;
     em_scope_begin();
     /* [..., in] as one [rows, in] GEMM: a single call instead of a batch of small ones */

@@ -103,7 +103,7 @@ em_tensor *em_module_flat_grads(const em_module *m, em_dtype dt);
  * does, once registered as a child). Options: zero means the documented
  * default; EM_ZERO asks for an actual 0 where 0 is not the default; an opts
  * pointer may be NULL. Parameters are f32 on the CPU unless .dtype/.device say
- * otherwise. Constructors return NULL with em_last_error() on OOM; bad sizes
+ * otherwise. Constructors return NULL with em_last_error on OOM; bad sizes
  * are misuse. Forward functions return results owned by the current scope. */
 #ifndef EM_ZERO
 #define EM_ZERO (-0.0)   /* also in optim/optim.h */
@@ -396,7 +396,7 @@ int em_seqcls_num_labels(const em_module *m);
  * A transformers folder: config.json and model.safetensors, or a sharded
  * model.safetensors.index.json with its shards. Bad input (a missing file,
  * malformed JSON, a tensor of the wrong shape, an unknown model_type) returns
- * an em_status with em_last_error() naming the file and the field or tensor;
+ * an em_status with em_last_error naming the file and the field or tensor;
  * *out is then NULL and nothing leaks. */
 typedef struct em_pretrained_opts {
     bool strict;                   /* missing or unexpected keys are an error (EM_ERR_INVALID) */
@@ -441,6 +441,10 @@ em_status em_bert_model_from_pretrained(const char *dir, const em_pretrained_opt
 em_status em_save_pretrained(const em_module *m, const char *dir);
 /* Sets the label names written as id2label (n must equal num_labels; names copied). */
 void em_seqcls_set_labels(em_module *m, int n, const char *const *names);
+
+#ifndef EMBER_BUILDING
+#include "nn/nn_at.h"
+#endif
 
 #ifdef __cplusplus
 }

@@ -7,11 +7,17 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+/* cJSON allocates through em__malloc, as in tensor/safetensors.c and
+ * data/table.c, so the fail-the-Nth-allocation switch reaches the parser. */
+static void json_hooks(void) { cJSON_InitHooks(&(cJSON_Hooks){.malloc_fn = em__malloc, .free_fn = em__free}); }
+static pthread_once_t json_once = PTHREAD_ONCE_INIT;
 
 static const em__arch *const archs[] = {&em__distilbert_arch, &em__bert_arch};
 #define N_ARCHS (int)(sizeof archs / sizeof *archs)
@@ -174,8 +180,12 @@ static em_status read_json(const char *path, cJSON **out)
     em_status s = slurp(path, &buf, &len);
     if (s) return s;
     const char *end = NULL;
+    pthread_once(&json_once, json_hooks);
+    em_clear_error();
     cJSON *j = cJSON_ParseWithLengthOpts(buf, len, &end, false);
-    if (!j) {
+    if (!j && em_last_status() == EM_ERR_OOM) {
+        s = em__fail(EM_ERR_OOM, "%s: out of memory parsing the JSON", path);
+    } else if (!j) {
         size_t off = end && end >= buf && end <= buf + len ? (size_t)(end - buf) : len;
         int line = 1, col = 1;
         for (size_t i = 0; i < off; i++) {
@@ -474,7 +484,8 @@ static em_status load_state(em_module *m, const em__arch *arch, em__head head, c
             } else {
                 s = em__fail(EM_ERR_INVALID, "%s/%s: tensor \"%s\" has shape %s but the model expects %s for \"%s\"%s",
                              dir, c->file_names[c->file_of[i]], key, a, b, name,
-                             ends_with(name, "classifier.weight") || ends_with(name, "classifier.bias")
+                             (ends_with(name, "classifier.weight") || ends_with(name, "classifier.bias")) &&
+                                     !memcmp(src->shape + 1, dst->shape + 1, sizeof(int64_t) * (size_t)(dst->ndim - 1))
                                  ? " (another num_labels? set ignore_mismatched_sizes to re-initialize the head)"
                                  : "");
             }
@@ -801,6 +812,7 @@ em_status em_save_pretrained(const em_module *m, const char *dir)
     if (!s) s = em_safetensors_save(st_path, n, names, ts, 1, mk, mv);
     em_scope_end();
     if (!s) {
+        pthread_once(&json_once, json_hooks);
         cJSON *j = config_json(m, a, head);
         char *text = j ? cJSON_Print(j) : NULL, *pretty = text ? two_space_indent(text) : NULL;
         s = pretty ? write_atomic(cfg_path, pretty) : em__fail(EM_ERR_OOM, "out of memory writing %s", cfg_path);

@@ -227,6 +227,12 @@ em_tensor *em_min_all(em_tensor *t);
 /* ---- linear algebra and NN kernels -------------------------------------- */
 /* [..., M, K] x [..., K, N] -> [..., M, N], batch dims broadcast; 1-d operands as torch.matmul. */
 em_tensor *em_matmul(em_tensor *a, em_tensor *b);
+/* As torch.set_float32_matmul_precision: "highest" (the default: full f32)
+ * or "high"/"medium" (f32 GEMMs may use TF32 tensor cores, about 1e-3
+ * relative error, on devices that have them; the CPU always computes in f32).
+ * Any other string is misuse. The getter returns the current name. */
+void em_set_float32_matmul_precision(const char *precision);
+const char *em_get_float32_matmul_precision(void);
 em_tensor *em_softmax(em_tensor *t, int dim);
 em_tensor *em_log_softmax(em_tensor *t, int dim);
 /* Normalizes over the last dim. weight/bias: [D] or NULL. mean/rstd (f32, the

@@ -185,6 +185,53 @@ START_TEST(seqcls_logits_loss_and_every_gradient_match_hf)
 }
 END_TEST
 
+START_TEST(base_model_from_a_classifier_checkpoint_drops_the_prefix)
+{
+    em_distilbert_model *m = NULL;
+    em_load_report rep;
+    ck_status(em_distilbert_model_from_pretrained(tu_fixture_path("distilbert-tiny"), NULL, &m, &rep), EM_OK);
+    ck_assert_int_eq(rep.n_missing, 0);
+    ck_assert_int_eq(rep.n_unexpected, 4);
+    ck_assert(list_has(rep.unexpected, rep.n_unexpected, "pre_classifier.weight"));
+    ck_assert_int_eq(rep.n_loaded, 36);
+    ck_assert_ptr_nonnull(em_module_get(&m->base, "transformer.layer.1.ffn.lin2.bias"));
+    em_load_report_free(&rep);
+    em_module_free(&m->base);
+}
+END_TEST
+
+/* Half-precision checkpoints load into f32 parameters (rounded values kept exactly). */
+START_TEST(bf16_checkpoint_converts_to_f32)
+{
+    make_tmpdir();
+    em_safetensors *st = NULL;
+    ck_status(em_safetensors_open(tu_fixture_path("distilbert-tiny/model.safetensors"), &st), EM_OK);
+    int n = em_safetensors_count(st);
+    const char *names[64];
+    em_tensor *ts[64];
+    EM_SCOPE {
+        for (int i = 0; i < n; i++) {
+            names[i] = em_safetensors_name(st, i);
+            ts[i] = em_to_dtype(em_safetensors_get(st, names[i]), EM_BF16);
+        }
+        ck_status(em_safetensors_save(tpath("model.safetensors"), n, names, ts, 0, NULL, NULL), EM_OK);
+    }
+    copy_file(tu_fixture_path("distilbert-tiny/config.json"), tpath("config.json"));
+    em_distilbert_seqcls *m = NULL;
+    ck_status(em_distilbert_seqcls_from_pretrained(tmpdir, &(em_pretrained_opts){.strict = true}, &m, NULL), EM_OK);
+    EM_SCOPE {
+        em_tensor *w = m->distilbert->layer[0]->ffn->lin1->weight;
+        ck_assert_int_eq(w->dtype, EM_F32);
+        em_tensor *ref = em_to_dtype(em_to_dtype(em_safetensors_get(st, "distilbert.transformer.layer.0.ffn.lin1.weight"),
+                                                 EM_BF16), EM_F32);
+        ck_assert(same_tensor(w, ref));
+    }
+    em_safetensors_close(st);
+    em_module_free(&m->base);
+    remove_tmpdir();
+}
+END_TEST
+
 START_TEST(parameter_names_and_count_are_hf_s)
 {
     em_safetensors *st = NULL;
@@ -395,6 +442,8 @@ START_TEST(bert_model_matches_hf_and_loads_into_the_classifier)
     em_module_train(cls, false);
     /* save and reload through the auto loader: same logits */
     make_tmpdir();
+    ck_assert_int_eq(em_seqcls_num_labels(cls), 2);
+    em_seqcls_set_labels(cls, 2, (const char *const[]){"no", "yes"});
     ck_status(em_save_pretrained(cls, tpath("bert")), EM_OK);
     em_module *cls2 = NULL;
     ck_status(em_seqcls_from_pretrained(tpath("bert"), &(em_pretrained_opts){.strict = true}, &cls2, NULL), EM_OK);
@@ -411,6 +460,8 @@ START_TEST(bert_model_matches_hf_and_loads_into_the_classifier)
     ck_assert_ptr_nonnull(strstr(text, "\"BertForSequenceClassification\""));
     ck_assert_ptr_nonnull(strstr(text, "\"model_type\": \"bert\""));
     ck_assert_ptr_nonnull(strstr(text, "\"type_vocab_size\": 2"));
+    ck_assert_ptr_nonnull(strstr(text, "\"1\": \"yes\""));
+    ck_assert_ptr_nonnull(strstr(text, "\"no\": 0"));
     free(text);
     em_safetensors_close(g);
     em_load_report_free(&rep);
@@ -446,7 +497,7 @@ START_TEST(sharded_index_loads_like_the_single_file)
     em_safetensors_close(st);
     char *text = cJSON_Print(idx);
     write_text(tpath("model.safetensors.index.json"), text);
-    free(text);
+    cJSON_free(text);
     cJSON_Delete(idx);
     copy_file(tu_fixture_path("distilbert-tiny/config.json"), tpath("config.json"));
     em_distilbert_seqcls *a = NULL, *b = NULL;
@@ -534,9 +585,10 @@ START_TEST(bad_folders_return_clear_errors)
     snprintf(cfg, sizeof cfg, tiny_config, 32);
     write_text(tpath("config.json"), cfg);
     ck_assert_int_eq(load_tmp(), EM_ERR_INVALID);
-    ck_assert_msg(strstr(em_last_error(), "model.safetensors: tensor \"distilbert.embeddings.LayerNorm.bias\" has shape "
-                                          "[64] but the model expects [32]") != NULL,
+    ck_assert_msg(strstr(em_last_error(), "model.safetensors: tensor \"classifier.weight\" has shape [3,64] but the "
+                                          "model expects [3,32]") != NULL,
                   "%s", em_last_error());
+    ck_assert_ptr_null(strstr(em_last_error(), "num_labels"));   /* no misleading hint */
     /* no weights at all */
     snprintf(cfg, sizeof cfg, tiny_config, 64);
     write_text(tpath("config.json"), cfg);
@@ -566,12 +618,56 @@ START_TEST(save_into_an_unwritable_place_fails_cleanly)
 }
 END_TEST
 
+/* Every allocation failing in turn (from the n-th on): an em_status, no leak, no crash. */
+START_TEST(out_of_memory_anywhere_in_loading_and_saving)
+{
+    int64_t base = tu_live_bytes();
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s", tu_fixture_path("distilbert-tiny-mlm"));
+    make_tmpdir();
+    int n_ok = 0, n_oom = 0;
+    for (int64_t n = 1; n < 100000 && n_ok == 0; n += 1 + n / 64) {
+        em_distilbert_seqcls *m = NULL;
+        em_load_report rep;
+        em_alloc_fail_after(n, true);
+        em_status s = em_distilbert_seqcls_from_pretrained(dir, NULL, &m, &rep);
+        em_alloc_fail_after(0, false);
+        if (s == EM_OK) {
+            n_ok++;
+            em_load_report_free(&rep);
+            em_module_free(&m->base);
+        } else {
+            ck_assert_msg(s == EM_ERR_OOM, "allocation %lld: %s: %s", (long long)n, em_status_name(s), em_last_error());
+            ck_assert_ptr_null(m);
+            n_oom++;
+        }
+        ck_assert_int_eq(tu_live_bytes(), base);
+    }
+    ck_assert_int_eq(n_ok, 1);
+    ck_assert_int_gt(n_oom, 20);
+    em_distilbert_seqcls *m = NULL;
+    ck_status(em_distilbert_seqcls_from_pretrained(dir, NULL, &m, NULL), EM_OK);
+    for (int64_t n = 1; n < 10000; n++) {
+        em_alloc_fail_after(n, true);
+        em_status s = em_save_pretrained(&m->base, tpath("oom"));
+        em_alloc_fail_after(0, false);
+        if (s == EM_OK) break;
+        ck_assert_msg(s == EM_ERR_OOM, "allocation %lld: %s: %s", (long long)n, em_status_name(s), em_last_error());
+    }
+    em_module_free(&m->base);
+    remove_tmpdir();
+    ck_assert_int_eq(tu_live_bytes(), base);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("distilbert");
     TCase *tc = tcase_create("parity");
     tcase_add_test(tc, seqcls_logits_loss_and_every_gradient_match_hf);
     tcase_add_test(tc, parameter_names_and_count_are_hf_s);
+    tcase_add_test(tc, base_model_from_a_classifier_checkpoint_drops_the_prefix);
+    tcase_add_test(tc, bf16_checkpoint_converts_to_f32);
     tcase_add_test(tc, mlm_checkpoint_loads_into_the_classifier_with_a_report);
     tcase_add_test(tc, bert_model_matches_hf_and_loads_into_the_classifier);
     suite_add_tcase(s, tc);
@@ -581,6 +677,7 @@ int main(void)
     tcase_add_test(tk, num_labels_override_needs_ignore_mismatched_sizes);
     tcase_add_test(tk, bad_folders_return_clear_errors);
     tcase_add_test(tk, save_into_an_unwritable_place_fails_cleanly);
+    tcase_add_test(tk, out_of_memory_anywhere_in_loading_and_saving);
     suite_add_tcase(s, tk);
     return tu_run_suite(s);
 }

@@ -484,6 +484,27 @@ START_TEST(distilbert_init_statistics)
 }
 END_TEST
 
+START_TEST(sinusoidal_positions_are_fixed)
+{
+    em_distilbert_config c = small;
+    c.sinusoidal_pos_embds = true;
+    em_distilbert_model *m = em_distilbert_model_new(&c);
+    em_tensor *w = m->embeddings->position_embeddings->weight;
+    ck_assert(!em_requires_grad(w));
+    ck_assert_ptr_eq(em_module_get(&m->base, "embeddings.position_embeddings.weight"), w);   /* saved in checkpoints */
+    em_distilbert_model *ref = em_distilbert_model_new(&small);
+    ck_assert_int_eq(em_module_num_parameters(&ref->base, false) - em_module_num_parameters(&m->base, false), 16 * 32);
+    /* create_sinusoidal_embeddings: even columns sin(pos / 10000^(j/dim)), odd columns cos of the same angle */
+    for (int pos = 0; pos < 16; pos += 5)
+        for (int j = 0; j < 32; j += 7) {
+            double a = pos / pow(10000.0, 2.0 * (j / 2) / 32.0);
+            ck_assert_double_eq_tol(em_get(w, (int64_t[]){pos, j}), j % 2 ? cos(a) : sin(a), 1e-6);
+        }
+    em_module_free(&m->base);
+    em_module_free(&ref->base);
+}
+END_TEST
+
 START_TEST(seqcls_loss_follows_num_labels_and_label_dtype)
 {
     int64_t base = tu_live_bytes();
@@ -662,6 +683,7 @@ int main(void)
     TCase *td = tcase_create("models");
     tcase_add_test(td, distilbert_config_defaults_are_hf_s);
     tcase_add_test(td, distilbert_init_statistics);
+    tcase_add_test(td, sinusoidal_positions_are_fixed);
     tcase_add_test(td, seqcls_loss_follows_num_labels_and_label_dtype);
     tcase_add_test(td, padding_positions_do_not_change_the_logits);
     tcase_add_test(td, bert_layout_names);

@@ -13,9 +13,10 @@ thing (logits, loss and the gradient of every parameter).
                tests/fixtures/bert_tiny_golden.safetensors
 
     /work/venv/bin/python tools/make-distilbert-fixture.py --verify DIR
-        loads DIR (a folder written by ember's em_save_pretrained) with
-        transformers, checks that every key loads (no missing, no unexpected),
-        and compares its logits on the golden batch with the golden logits.
+        loads DIR (a sequence classifier written by ember's em_save_pretrained
+        from distilbert-tiny or bert-tiny) with transformers, checks that every
+        key loads (no missing, no unexpected), and compares its logits (BERT:
+        its body's hidden states) on the golden batch with the golden ones.
 
 The model: dim 64, 2 layers, 4 heads, hidden_dim 256, vocab 1000,
 max_position_embeddings 64, 3 labels with names. Its weights are HF's init
@@ -42,8 +43,8 @@ import safetensors
 import torch
 import transformers
 from safetensors.torch import load_file, save_file
-from transformers import (BertConfig, BertModel, DistilBertConfig, DistilBertForMaskedLM,
-                          DistilBertForSequenceClassification)
+from transformers import (BertConfig, BertForSequenceClassification, BertModel, DistilBertConfig,
+                          DistilBertForMaskedLM, DistilBertForSequenceClassification)
 
 # Pinned: the committed fixtures were made with these.
 assert torch.__version__.split("+")[0] == "2.15.0", torch.__version__
@@ -177,19 +178,27 @@ def make_bert():
 
 
 def verify(path):
-    gold = load_file(GOLDEN)
-    model, info = DistilBertForSequenceClassification.from_pretrained(path, output_loading_info=True)
-    model.eval()
-    problems = {k: v for k, v in info.items() if v}
     with open(os.path.join(path, "config.json")) as f:
         cfg = json.load(f)
+    bert = cfg.get("model_type") == "bert"
+    cls = BertForSequenceClassification if bert else DistilBertForSequenceClassification
+    model, info = cls.from_pretrained(path, output_loading_info=True)
+    model.eval()
+    problems = {k: v for k, v in info.items() if v}
+    gold = load_file(BERT_GOLDEN if bert else GOLDEN)
     with torch.no_grad():
-        logits = model(input_ids=gold["input_ids"], attention_mask=gold["attention_mask"]).logits
-    diff = (logits - gold["logits"]).abs().max().item()
-    rel = diff / gold["logits"].abs().max().item()
+        if bert:   # the body's weights are bert-tiny's: compare its hidden states
+            got = model.bert(input_ids=gold["input_ids"], attention_mask=gold["attention_mask"],
+                             token_type_ids=gold["token_type_ids"]).last_hidden_state
+            want = gold["last_hidden_state"]
+        else:
+            got = model(input_ids=gold["input_ids"], attention_mask=gold["attention_mask"]).logits
+            want = gold["logits"]
+    diff = (got - want).abs().max().item()
+    rel = diff / want.abs().max().item()
     print(f"{path}: architectures {cfg.get('architectures')}, model_type {cfg.get('model_type')}, "
           f"id2label {model.config.id2label}, loading problems {problems or 'none'}")
-    print(f"logits vs golden: max abs diff {diff:.3g}, relative {rel:.3g}")
+    print(f"{'last_hidden_state' if bert else 'logits'} vs golden: max abs diff {diff:.3g}, relative {rel:.3g}")
     ok = not problems and rel < 1e-5
     print("OK" if ok else "FAILED")
     return 0 if ok else 1

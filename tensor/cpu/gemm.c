@@ -15,6 +15,11 @@
  *     shapes forward and backward, attention-sized batches) oneDNN is 5-50%
  *     faster.
  *   - oneDNN failing (it may allocate scratch) falls back to OpenBLAS.
+ *   - EMBER_GEMM=openblas in the environment turns oneDNN off (read once).
+ *     Under valgrind this is needed: oneDNN's JIT kernels read up to 32 bytes
+ *     past the ends of oneDNN's own packing buffers (harmless on hardware,
+ *     "Invalid read" under memcheck). EMBER_GEMM=onednn forces oneDNN for
+ *     every f32 call (for measuring); anything else means the rule.
  *
  * Threads: both libraries run on libgomp's pool. Called inside an OpenMP
  * parallel region (the batched matmul does this for small matrices), each
@@ -29,6 +34,7 @@
 
 #include <cblas.h>
 #include <limits.h>
+#include <stdlib.h>
 #include <string.h>
 
 #if EMBER_HAVE_ONEDNN
@@ -37,11 +43,28 @@
 
 bool em__gemm_prefers_onednn(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k);
 
+enum { MODE_UNSET, MODE_RULE, MODE_OPENBLAS, MODE_ONEDNN };
+
+/* EMBER_GEMM, read on first use (a race only reads the same value twice). */
+static int gemm_mode(void)
+{
+    static int mode = MODE_UNSET;
+    int m = __atomic_load_n(&mode, __ATOMIC_RELAXED);
+    if (m == MODE_UNSET) {
+        const char *e = getenv("EMBER_GEMM");
+        m = !e ? MODE_RULE : !strcmp(e, "openblas") ? MODE_OPENBLAS : !strcmp(e, "onednn") ? MODE_ONEDNN : MODE_RULE;
+        __atomic_store_n(&mode, m, __ATOMIC_RELAXED);
+    }
+    return m;
+}
+
 /* The documented rule above; exposed (internal) so bench/ops.c can report it. */
 bool em__gemm_prefers_onednn(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k)
 {
     (void)trans_a;
 #if EMBER_HAVE_ONEDNN
+    int mode = gemm_mode();
+    if (mode != MODE_RULE) return mode == MODE_ONEDNN;
     if ((double)m * (double)n * (double)k < 64.0 * 64.0 * 64.0) return false;
     if (n < 4) return false;
     if (trans_b && k >= 2048 && n <= 1024) return false;

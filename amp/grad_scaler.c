@@ -1,0 +1,472 @@
+/* ember — GradScaler: dynamic loss scaling, as torch.amp.GradScaler
+ * (amp.h "GradScaler"; reference §5.1; torch/amp/grad_scaler.py and
+ * aten/src/ATen/native/cpu/AmpGradScalerKernels.cpp).
+ *
+ * State: the scale (f32, as torch's 0-d float tensor), the growth tracker
+ * (int32), and per optimizer since the last update: its stage (READY,
+ * UNSCALED, STEPPED) and its found_inf (0 or 1, f32; only the CPU "device"
+ * here, so one value per optimizer instead of torch's per-device map).
+ *
+ * Unscaling reads the gradients of the optimizer's parameters directly: a
+ * run of gradients that are adjacent contiguous views of one storage (a flat
+ * gradient buffer) is ONE OpenMP pass that multiplies by inv_scale and flags
+ * non-finite values, as torch's _amp_foreach_non_finite_check_and_unscale_
+ * does per tensor. Gradients elsewhere (another device, odd strides) go
+ * through ordinary ops.
+ */
+#include "amp/amp.h"
+#include "autograd/autograd.h"
+#include "optim/optim.h"
+#include "tensor/tensor_internal.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { READY = 0, UNSCALED, STEPPED };
+
+typedef struct opt_state {
+    const em_optimizer *opt;
+    int stage;
+    float found_inf;
+    bool checked;        /* a gradient was seen: torch's non-empty found_inf_per_device */
+    bool last_skipped;   /* kept across update(): em_grad_scaler_step_was_skipped */
+} opt_state;
+
+struct em_grad_scaler {
+    bool enabled;
+    float scale;
+    double growth_factor, backoff_factor;
+    int64_t growth_interval;
+    int32_t growth_tracker;
+    opt_state *opts;
+    int n_opts, cap_opts;
+};
+
+static const char unscaled_twice[] = "unscale_() has already been called on this optimizer since the last update().";
+static const char unscale_after_step[] = "unscale_() is being called after step().";
+static const char stepped_twice[] = "step() has already been called since the last update().";
+static const char no_checks_opt[] = "No inf checks were recorded for this optimizer.";
+static const char no_checks[] = "No inf checks were recorded prior to update.";
+static const char fp16_grads[] = "Attempting to unscale FP16 gradients.";
+static const char empty_state[] =
+    "The source state dict is empty, possibly because it was saved from a disabled instance of GradScaler.";
+
+/* ---- construction ------------------------------------------------------------------- */
+em_grad_scaler *em_grad_scaler_new(const em_grad_scaler_opts *opts)
+{
+    static const char op[] = "em_grad_scaler_new";
+    em_grad_scaler_opts o = opts ? *opts : (em_grad_scaler_opts){0};
+    double init = o.init_scale != 0 ? o.init_scale : 65536.0;
+    double growth = o.growth_factor != 0 ? o.growth_factor : 2.0;
+    double backoff = o.backoff_factor != 0 ? o.backoff_factor : 0.5;
+    int64_t interval = o.growth_interval != 0 ? o.growth_interval : 2000;
+    EM_CHECK(growth > 1.0, op, "The growth factor must be > 1.0. (got %g)", growth);
+    EM_CHECK(backoff < 1.0, op, "The backoff factor must be < 1.0. (got %g)", backoff);
+    EM_CHECK(init > 0 && isfinite(init), op, "init_scale must be finite and > 0, got %g", init);
+    EM_CHECK(interval > 0, op, "growth_interval must be > 0, got %lld", (long long)interval);
+    em_grad_scaler *s = em__calloc(1, sizeof *s);
+    if (!s) return NULL;
+    s->enabled = !o.disabled;
+    s->scale = (float)init;
+    s->growth_factor = growth;
+    s->backoff_factor = backoff;
+    s->growth_interval = interval;
+    return s;
+}
+
+void em_grad_scaler_free(em_grad_scaler *s)
+{
+    if (!s) return;
+    em__free(s->opts);
+    em__free(s);
+}
+
+static opt_state *find(const em_grad_scaler *s, const em_optimizer *opt)
+{
+    for (int i = 0; i < s->n_opts; i++)
+        if (s->opts[i].opt == opt) return &s->opts[i];
+    return NULL;
+}
+
+/* opt's record, made on first use (torch's defaultdict); NULL on OOM. */
+static opt_state *record(em_grad_scaler *s, const em_optimizer *opt)
+{
+    opt_state *r = find(s, opt);
+    if (r) return r;
+    if (s->n_opts == s->cap_opts) {
+        int cap = s->cap_opts ? 2 * s->cap_opts : 4;
+        opt_state *m = em__realloc(s->opts, sizeof *m * (size_t)cap);
+        if (!m) return NULL;
+        s->opts = m;
+        s->cap_opts = cap;
+    }
+    r = &s->opts[s->n_opts++];
+    *r = (opt_state){.opt = opt};
+    return r;
+}
+
+/* ---- scale ---------------------------------------------------------------------------- */
+em_tensor *em_grad_scaler_scale(em_grad_scaler *s, em_tensor *loss)
+{
+    EM_PROPAGATE_NULL(loss);
+    EM_CHECK(s, "em_grad_scaler_scale", "the scaler is NULL");
+    if (!s->enabled) return em__scope_adopt(em_retain(loss));
+    EM_CHECK(em_dtype_is_float(loss->dtype), "em_grad_scaler_scale", "expected a floating-point loss, got %s %s",
+             em_dtype_name(loss->dtype), em__shape_str(loss));
+    /* torch: outputs * scale (a 0-d f32 tensor). A 0-d 16-bit loss promotes to
+     * f32; a bigger one keeps its dtype, multiplied in f32. f64 stays f64. */
+    em_dtype sdt = loss->dtype == EM_F64 ? EM_F64 : EM_F32;
+    em_tensor *r = NULL;
+    em_scope_begin();
+    em_tensor *y = em_mul(loss, em_scalar((double)s->scale, sdt, loss->device));
+    if (y && loss->ndim > 0 && loss->dtype != y->dtype) y = em_to_dtype(y, loss->dtype);
+    if (y) r = em_keep(y);
+    em_scope_end();
+    return r;
+}
+
+/* ---- unscale ---------------------------------------------------------------------------- */
+#define GRAIN 32768
+
+/* Multiplies n f32 values by inv in place; true when one was inf or NaN
+ * (detected on the exponent bits, so the loop vectorizes). */
+static bool unscale_f32(float *p, int64_t n, float inv)
+{
+    unsigned bad = 0;
+    bool mul = inv != 1.0f;
+#pragma omp parallel for reduction(| : bad) schedule(static) if (n >= 2 * GRAIN)
+    for (int64_t i = 0; i < n; i++) {
+        float v = p[i];
+        uint32_t u;
+        memcpy(&u, &v, 4);
+        bad |= (u & 0x7f800000u) == 0x7f800000u;
+        if (mul) p[i] = v * inv;
+    }
+    return bad != 0;
+}
+
+static bool unscale_f64(double *p, int64_t n, float inv)
+{
+    unsigned bad = 0;
+    double d = (double)inv;
+    bool mul = inv != 1.0f;
+#pragma omp parallel for reduction(| : bad) schedule(static) if (n >= 2 * GRAIN)
+    for (int64_t i = 0; i < n; i++) {
+        double v = p[i];
+        uint64_t u;
+        memcpy(&u, &v, 8);
+        bad |= (u & 0x7ff0000000000000ull) == 0x7ff0000000000000ull;
+        if (mul) p[i] = v * d;
+    }
+    return bad != 0;
+}
+
+static bool unscale_span(void *p, em_dtype dt, int64_t n, float inv)
+{
+    return dt == EM_F32 ? unscale_f32(p, n, inv) : unscale_f64(p, n, inv);
+}
+
+/* A gradient the flat path takes: on the CPU, contiguous, f32 or f64 (the
+ * dtypes an optimizer's parameters, and so their gradients, have). */
+static bool flat_ok(em_tensor *g)
+{
+    return g->device.type == EM_DEVICE_CPU && em_is_contiguous(g) && (g->dtype == EM_F32 || g->dtype == EM_F64);
+}
+
+/* Through ops (another device, odd strides): non-finite iff g*0 has a NaN,
+ * then g = g * inv in place. EM_OK or the op's failure. */
+static em_status unscale_by_ops(em_tensor *g, float inv, bool *bad)
+{
+    em_status st = EM_OK;
+    em_scope_begin();
+    em_tensor *probe = em_sum(em_mul_scalar(g, 0.0), 0, NULL, false);
+    em_tensor *host = probe ? em_to(probe, EM_CPU) : NULL;
+    if (!host) st = em_last_status() != EM_OK ? em_last_status() : EM_ERR_OOM;
+    else {
+        if (isnan(em_item(host))) *bad = true;
+        em_dtype sdt = g->dtype == EM_F64 ? EM_F64 : EM_F32;   /* torch's opmath */
+        if (inv != 1.0f && !em_copy_(g, em_mul(g, em_scalar((double)inv, sdt, g->device))))
+            st = em_last_status() != EM_OK ? em_last_status() : EM_ERR_OOM;
+    }
+    em_scope_end();
+    return st;
+}
+
+em_status em_grad_scaler_unscale_(em_grad_scaler *s, em_optimizer *opt)
+{
+    static const char op[] = "em_grad_scaler_unscale_";
+    if (!s || !opt) {
+        em__misuse(op, "the scaler and the optimizer must not be NULL");
+        return EM_ERR_INVALID;
+    }
+    if (!s->enabled) return EM_OK;
+    opt_state *r = record(s, opt);
+    if (!r) return em__fail(EM_ERR_OOM, "out of memory recording the optimizer's scaler state");
+    if (r->stage == UNSCALED) { em__misuse(op, "%s", unscaled_twice); return EM_ERR_INVALID; }
+    if (r->stage == STEPPED) { em__misuse(op, "%s", unscale_after_step); return EM_ERR_INVALID; }
+
+    /* torch checks every gradient before touching any */
+    int ng = em_optimizer_num_groups(opt);
+    for (int g = 0; g < ng; g++) {
+        em_param_group grp = em_optimizer_group(opt, g);
+        for (int i = 0; i < grp.n_params; i++) {
+            em_tensor *gr = em_grad(grp.params[i]);
+            if (gr && gr->dtype == EM_F16) { em__misuse(op, "%s", fp16_grads); return EM_ERR_INVALID; }
+        }
+    }
+
+    float inv = (float)(1.0 / (double)s->scale);
+    bool bad = false, seen = false;
+    /* the current span: adjacent contiguous gradients of one storage */
+    em_storage *sp_st = NULL;
+    char *sp_p = NULL;
+    int64_t sp_n = 0, sp_end = 0;
+    em_dtype sp_dt = EM_F32;
+    for (int g = 0; g < ng; g++) {
+        em_param_group grp = em_optimizer_group(opt, g);
+        for (int i = 0; i < grp.n_params; i++) {
+            em_tensor *gr = em_grad(grp.params[i]);
+            if (!gr) continue;
+            seen = true;
+            if (!flat_ok(gr)) {
+                em_status st = unscale_by_ops(gr, inv, &bad);
+                if (st != EM_OK) return st;
+                continue;
+            }
+            if (sp_n && gr->storage == sp_st && gr->dtype == sp_dt && gr->offset == sp_end) {
+                sp_n += em_numel(gr);
+                sp_end += em_numel(gr);
+                continue;
+            }
+            if (sp_n) bad |= unscale_span(sp_p, sp_dt, sp_n, inv);
+            sp_st = gr->storage, sp_p = em_data_ptr(gr), sp_dt = gr->dtype;
+            sp_n = em_numel(gr), sp_end = gr->offset + sp_n;
+        }
+    }
+    if (sp_n) bad |= unscale_span(sp_p, sp_dt, sp_n, inv);
+    /* the gradients changed in place: a graph that saved one must notice */
+    for (int g = 0; g < ng; g++) {
+        em_param_group grp = em_optimizer_group(opt, g);
+        for (int i = 0; i < grp.n_params; i++) {
+            em_tensor *gr = em_grad(grp.params[i]);
+            if (gr) gr->storage->version++;
+        }
+    }
+    r->found_inf = bad ? 1.0f : 0.0f;
+    r->checked = seen;
+    r->stage = UNSCALED;
+    return EM_OK;
+}
+
+/* ---- step and update ---------------------------------------------------------------------- */
+em_status em_grad_scaler_step(em_grad_scaler *s, em_optimizer *opt, bool *stepped)
+{
+    static const char op[] = "em_grad_scaler_step";
+    if (stepped) *stepped = false;
+    if (!s || !opt) {
+        em__misuse(op, "the scaler and the optimizer must not be NULL");
+        return EM_ERR_INVALID;
+    }
+    if (!s->enabled) {
+        em_status st = em_optimizer_step(opt);
+        if (stepped) *stepped = st == EM_OK;
+        return st;
+    }
+    opt_state *r = record(s, opt);
+    if (!r) return em__fail(EM_ERR_OOM, "out of memory recording the optimizer's scaler state");
+    if (r->stage == STEPPED) { em__misuse(op, "%s", stepped_twice); return EM_ERR_INVALID; }
+    if (r->stage == READY) {
+        em_status st = em_grad_scaler_unscale_(s, opt);
+        if (st != EM_OK) return st;
+        r = find(s, opt);
+    }
+    if (!r->checked) { em__misuse(op, "%s", no_checks_opt); return EM_ERR_INVALID; }
+    bool did = false;
+    if (r->found_inf == 0.0f) {
+        em_status st = em_optimizer_step(opt);
+        if (st != EM_OK) return st;
+        did = true;
+    }
+    r->stage = STEPPED;
+    r->last_skipped = !did;
+    if (stepped) *stepped = did;
+    return EM_OK;
+}
+
+static void forget_steps(em_grad_scaler *s)
+{
+    for (int i = 0; i < s->n_opts; i++) {
+        s->opts[i].stage = READY;
+        s->opts[i].found_inf = 0.0f;
+        s->opts[i].checked = false;
+    }
+}
+
+/* _amp_update_scale_cpu_: found_inf is the sum over optimizers. */
+static void update_scale(em_grad_scaler *s, float found_inf)
+{
+    if (found_inf != 0.0f) {
+        s->scale = (float)((double)s->scale * s->backoff_factor);
+        s->growth_tracker = 0;
+        return;
+    }
+    int32_t successful = s->growth_tracker + 1;
+    if (successful == s->growth_interval) {
+        float grown = (float)((double)s->scale * s->growth_factor);
+        if (isfinite(grown)) s->scale = grown;
+        s->growth_tracker = 0;
+    } else {
+        s->growth_tracker = successful;
+    }
+}
+
+void em_grad_scaler_update(em_grad_scaler *s)
+{
+    if (!s) { em__misuse("em_grad_scaler_update", "the scaler is NULL"); return; }
+    if (!s->enabled) return;
+    float found = 0.0f;
+    int n = 0;
+    for (int i = 0; i < s->n_opts; i++)
+        if (s->opts[i].checked) found += s->opts[i].found_inf, n++;
+    if (n == 0) { em__misuse("em_grad_scaler_update", "%s", no_checks); return; }
+    update_scale(s, found);
+    forget_steps(s);
+}
+
+void em_grad_scaler_update_to(em_grad_scaler *s, double new_scale)
+{
+    if (!s) { em__misuse("em_grad_scaler_update_to", "the scaler is NULL"); return; }
+    if (!s->enabled) return;
+    s->scale = (float)new_scale;
+    forget_steps(s);
+}
+
+em_status em_grad_scaler_clip_grad_norm(em_grad_scaler *s, em_optimizer *opt, double max_norm, double *total_norm)
+{
+    if (s && s->enabled && opt) {
+        opt_state *r = find(s, opt);
+        if (!r || r->stage != UNSCALED) {
+            em_status st = em_grad_scaler_unscale_(s, opt);
+            if (st != EM_OK) return st;
+        }
+    }
+    return em_optimizer_clip_grad_norm(opt, max_norm, NULL, total_norm);
+}
+
+/* ---- queries ---------------------------------------------------------------------------- */
+bool em_grad_scaler_step_was_skipped(const em_grad_scaler *s, const em_optimizer *opt)
+{
+    const opt_state *r = s ? find(s, opt) : NULL;
+    return r && r->last_skipped;
+}
+
+bool em_grad_scaler_is_enabled(const em_grad_scaler *s) { return s && s->enabled; }
+double em_grad_scaler_get_scale(const em_grad_scaler *s) { return s && s->enabled ? (double)s->scale : 1.0; }
+int64_t em_grad_scaler_growth_tracker(const em_grad_scaler *s) { return s && s->enabled ? s->growth_tracker : 0; }
+double em_grad_scaler_get_growth_factor(const em_grad_scaler *s) { return s->growth_factor; }
+double em_grad_scaler_get_backoff_factor(const em_grad_scaler *s) { return s->backoff_factor; }
+int64_t em_grad_scaler_get_growth_interval(const em_grad_scaler *s) { return s->growth_interval; }
+void em_grad_scaler_set_growth_factor(em_grad_scaler *s, double v) { s->growth_factor = v; }
+void em_grad_scaler_set_backoff_factor(em_grad_scaler *s, double v) { s->backoff_factor = v; }
+void em_grad_scaler_set_growth_interval(em_grad_scaler *s, int64_t v) { s->growth_interval = v; }
+
+/* ---- state -------------------------------------------------------------------------------- */
+em_grad_scaler_state em_grad_scaler_state_dict(const em_grad_scaler *s)
+{
+    if (!s || !s->enabled) return (em_grad_scaler_state){0};
+    return (em_grad_scaler_state){.enabled = true, .scale = (double)s->scale, .growth_factor = s->growth_factor,
+                                  .backoff_factor = s->backoff_factor, .growth_interval = s->growth_interval,
+                                  .growth_tracker = s->growth_tracker};
+}
+
+em_status em_grad_scaler_load_state_dict(em_grad_scaler *s, const em_grad_scaler_state *st)
+{
+    if (!s || !st) {
+        em__misuse("em_grad_scaler_load_state_dict", "the scaler and the state must not be NULL");
+        return EM_ERR_INVALID;
+    }
+    if (!s->enabled) return EM_OK;
+    if (!st->enabled) return em__fail(EM_ERR_INVALID, "%s", empty_state);
+    s->scale = (float)st->scale;
+    s->growth_factor = st->growth_factor;
+    s->backoff_factor = st->backoff_factor;
+    s->growth_interval = st->growth_interval;
+    s->growth_tracker = (int32_t)st->growth_tracker;
+    return EM_OK;
+}
+
+em_status em_grad_scaler_state_save(const em_grad_scaler *s, const char *path)
+{
+    if (!s || !path) {
+        em__misuse("em_grad_scaler_state_save", "the scaler and the path must not be NULL");
+        return EM_ERR_INVALID;
+    }
+    char v[5][40];
+    const char *keys[7] = {"format", "enabled", "scale", "growth_factor", "backoff_factor", "growth_interval",
+                           "_growth_tracker"};
+    const char *vals[7] = {"ember.grad_scaler/1", s->enabled ? "true" : "false", v[0], v[1], v[2], v[3], v[4]};
+    snprintf(v[0], sizeof v[0], "%.17g", (double)s->scale);
+    snprintf(v[1], sizeof v[1], "%.17g", s->growth_factor);
+    snprintf(v[2], sizeof v[2], "%.17g", s->backoff_factor);
+    snprintf(v[3], sizeof v[3], "%lld", (long long)s->growth_interval);
+    snprintf(v[4], sizeof v[4], "%lld", (long long)s->growth_tracker);
+    return em_safetensors_save(path, 0, NULL, NULL, s->enabled ? 7 : 2, keys, vals);
+}
+
+static bool parse_double(const char *t, double *out)
+{
+    if (!t || !*t) return false;
+    char *end;
+    errno = 0;
+    *out = strtod(t, &end);
+    return *end == '\0' && errno == 0;
+}
+
+static bool parse_int(const char *t, int64_t lo, int64_t hi, int64_t *out)
+{
+    if (!t || !*t) return false;
+    char *end;
+    errno = 0;
+    long long v = strtoll(t, &end, 10);
+    if (*end || errno || v < lo || v > hi) return false;
+    *out = v;
+    return true;
+}
+
+em_status em_grad_scaler_state_load(em_grad_scaler *s, const char *path)
+{
+    if (!s || !path) {
+        em__misuse("em_grad_scaler_state_load", "the scaler and the path must not be NULL");
+        return EM_ERR_INVALID;
+    }
+    em_safetensors *f = NULL;
+    em_status st = em_safetensors_open(path, &f);
+    if (st != EM_OK) return st;
+    const char *fmt = em_safetensors_metadata(f, "format"), *en = em_safetensors_metadata(f, "enabled");
+    em_grad_scaler_state g = {0};
+    const char *bad = NULL;
+    if (!fmt || strcmp(fmt, "ember.grad_scaler/1") != 0) bad = "format";
+    else if (!en || (strcmp(en, "true") != 0 && strcmp(en, "false") != 0)) bad = "enabled";
+    else if ((g.enabled = strcmp(en, "true") == 0)) {
+        if (!parse_double(em_safetensors_metadata(f, "scale"), &g.scale) || !(g.scale > 0) || !isfinite(g.scale))
+            bad = "scale";
+        else if (!parse_double(em_safetensors_metadata(f, "growth_factor"), &g.growth_factor) ||
+                 !(g.growth_factor > 1.0) || !isfinite(g.growth_factor))
+            bad = "growth_factor";
+        else if (!parse_double(em_safetensors_metadata(f, "backoff_factor"), &g.backoff_factor) ||
+                 !(g.backoff_factor < 1.0) || !(g.backoff_factor > 0))
+            bad = "backoff_factor";
+        else if (!parse_int(em_safetensors_metadata(f, "growth_interval"), 1, INT32_MAX, &g.growth_interval))
+            bad = "growth_interval";
+        else if (!parse_int(em_safetensors_metadata(f, "_growth_tracker"), 0, INT32_MAX, &g.growth_tracker))
+            bad = "_growth_tracker";
+    }
+    em_safetensors_close(f);
+    if (bad) return em__fail(EM_ERR_FORMAT, "%s: grad scaler state: missing or invalid \"%s\"", path, bad);
+    st = em_grad_scaler_load_state_dict(s, &g);
+    if (st != EM_OK) return em__fail(st, "%s: %s", path, empty_state);
+    return EM_OK;
+}

@@ -1,0 +1,872 @@
+/* ember tests — the Accelerator in a world of one (distributed.h): prepare,
+ * gradient accumulation (K micro-batches equal one big batch, and the short
+ * last window equals its own big batch), the sync pattern driven by the
+ * dataloader's end_of_dataloader, optimizer/scheduler no-ops and the
+ * scheduler rule (fp16 skipped steps included), clipping, gather_for_metrics,
+ * save_state/load_state (a bit-identical continuation from fresh objects,
+ * atomic overwrite, automatic naming with total_limit sorted numerically, the
+ * iteration counter restored), the environment's precedence, and misuse.
+ *
+ * The toy task: 4 token ids per sample read as features (id / 10), a 2-layer
+ * tanh MLP (optionally with dropout, to exercise the RNG state) and
+ * cross-entropy on a 0/1 label. References are built with plain ember calls
+ * (no accelerator) on the concatenated big batch. */
+#include "check_util.h"
+#include "distributed/distributed.h"
+
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* ---- the toy dataset ------------------------------------------------------------- */
+#define FEAT 4
+typedef struct toy_ds {
+    em_dataset base;
+    int64_t n;
+    int32_t *ids;      /* n * FEAT */
+    int64_t *labels;
+} toy_ds;
+
+static int64_t toy_len(const em_dataset *d) { return ((const toy_ds *)d)->n; }
+static em_status toy_get(const em_dataset *d, int64_t i, em_sample *out)
+{
+    const toy_ds *t = (const toy_ds *)d;
+    *out = (em_sample){ .ids = t->ids + i * FEAT, .type_ids = NULL, .len = FEAT, .label = t->labels[i] };
+    return EM_OK;
+}
+static void toy_free(em_dataset *d)
+{
+    toy_ds *t = (toy_ds *)d;
+    free(t->ids);
+    free(t->labels);
+    free(t);
+}
+static const em_dataset_ops toy_ops = { toy_len, toy_get, toy_free };
+
+static toy_ds *toy_new(int64_t n, uint64_t seed)
+{
+    toy_ds *t = calloc(1, sizeof *t);
+    t->base.ops = &toy_ops;
+    t->n = n;
+    t->ids = malloc(sizeof(int32_t) * (size_t)(n * FEAT));
+    t->labels = malloc(sizeof(int64_t) * (size_t)n);
+    uint64_t s = seed;
+    for (int64_t i = 0; i < n; i++) {
+        int sum = 0;
+        for (int k = 0; k < FEAT; k++) sum += t->ids[i * FEAT + k] = (int32_t)(tu_next(&s) % 10);
+        t->labels[i] = sum > 18;
+    }
+    return t;
+}
+
+/* ---- the toy model ------------------------------------------------------------------ */
+typedef struct toy_model {
+    em_module base;
+    em_nn_linear *l1, *l2;
+    em_nn_dropout *drop;
+} toy_model;
+
+static toy_model *toy_model_new(double p_drop)
+{
+    toy_model *m = calloc(1, sizeof *m);
+    em_module_init(&m->base, "Toy", NULL);
+    m->l1 = (em_nn_linear *)em_module_register_child(&m->base, "l1", &em_nn_linear_new(FEAT, 8, NULL)->base);
+    m->drop = (em_nn_dropout *)em_module_register_child(&m->base, "drop", &em_nn_dropout_new(p_drop)->base);
+    m->l2 = (em_nn_linear *)em_module_register_child(&m->base, "l2", &em_nn_linear_new(8, 2, NULL)->base);
+    return m;
+}
+
+/* Mean cross-entropy of the batch (owned by the current scope). */
+static em_tensor *toy_loss(toy_model *m, em_tensor *input_ids, em_tensor *labels)
+{
+    em_tensor *x = em_mul_scalar(em_to_dtype(input_ids, EM_F32), 0.1);
+    em_tensor *h = em_nn_dropout_forward(m->drop, em_tanh(em_nn_linear_forward(m->l1, x)));
+    return em_cross_entropy_loss(em_nn_linear_forward(m->l2, h), labels, NULL);
+}
+
+static em_tensor **params_of(toy_model *m, int *n)
+{
+    em_named_tensors ps = em_module_named_parameters(&m->base);
+    em_tensor **out = malloc(sizeof(em_tensor *) * (size_t)ps.n);
+    for (int i = 0; i < ps.n; i++) out[i] = ps.items[i].tensor;
+    *n = ps.n;
+    em_named_tensors_free(&ps);
+    return out;
+}
+
+/* All parameters as one malloc'd f32 array (the flat buffer's contents). */
+static float *snapshot(toy_model *m, int64_t *count)
+{
+    em_tensor *flat = em_module_flat_params(&m->base, EM_F32);
+    ck_assert_ptr_nonnull(flat);
+    int64_t n = em_numel(flat);
+    float *out = malloc(sizeof(float) * (size_t)n);
+    memcpy(out, em_data_ptr(flat), sizeof(float) * (size_t)n);
+    *count = n;
+    return out;
+}
+
+/* A copy of m's parameter values into a second model (same architecture). */
+static void copy_params(toy_model *dst, toy_model *src)
+{
+    int n, n2;
+    em_tensor **a = params_of(dst, &n), **b = params_of(src, &n2);
+    ck_assert_int_eq(n, n2);
+    EM_NO_GRAD {
+        for (int i = 0; i < n; i++) em_copy_(a[i], b[i]);
+    }
+    free(a);
+    free(b);
+}
+
+/* The samples [from, from + n) of ds as one batch (ids [n, FEAT], labels [n]). */
+static void rows_of(toy_ds *ds, int64_t from, int64_t n, em_tensor **ids, em_tensor **labels)
+{
+    int64_t *v = malloc(sizeof(int64_t) * (size_t)(n * FEAT));
+    for (int64_t i = 0; i < n * FEAT; i++) v[i] = ds->ids[from * FEAT + i];
+    *ids = em_from_data(v, 2, (int64_t[]){n, FEAT}, EM_I64);
+    *labels = em_from_data(ds->labels + from, 1, (int64_t[]){n}, EM_I64);
+    free(v);
+}
+
+/* One plain SGD step on the big batch [from, from + n): the reference. */
+static void reference_step(toy_model *m, em_optimizer *opt, toy_ds *ds, int64_t from, int64_t n)
+{
+    EM_SCOPE {
+        em_tensor *ids, *labels;
+        rows_of(ds, from, n, &ids, &labels);
+        em_backward(toy_loss(m, ids, labels));
+        em_optimizer_step(opt);
+        em_optimizer_zero_grad_ex(opt, false);
+    }
+}
+
+static void assert_params_close(toy_model *a, toy_model *b, double rtol)
+{
+    int64_t na, nb;
+    float *x = snapshot(a, &na), *y = snapshot(b, &nb);
+    ck_assert_int_eq(na, nb);
+    double *dx = malloc(sizeof(double) * (size_t)na), *dy = malloc(sizeof(double) * (size_t)na);
+    for (int64_t i = 0; i < na; i++) dx[i] = x[i], dy[i] = y[i];
+    tu_assert_close(dx, dy, na, rtol, 1e-7);
+    free(dx), free(dy), free(x), free(y);
+}
+
+static em_dataloader *loader(toy_ds *ds, int64_t bs, bool shuffle)
+{
+    em_dataloader *dl;
+    ck_assert_int_eq(em_dataloader_new(&ds->base, &(em_dataloader_opts){ .batch_size = bs, .shuffle = shuffle }, &dl),
+                     EM_OK);
+    return dl;
+}
+
+/* Trains K-accumulated micro-steps over one epoch of N samples in batches of
+ * bs, and compares with plain SGD on the windows' big batches. */
+static void check_windows(int64_t N, int64_t bs, int K)
+{
+    em_set_seed(7);
+    toy_ds *ds = toy_new(N, 11);
+    toy_model *m = toy_model_new(0), *ref = toy_model_new(0);
+    em_module_flatten(&ref->base);
+    copy_params(ref, m);
+    int n;
+    em_tensor **p = params_of(m, &n), **pr = params_of(ref, &n);
+    em_optimizer *opt = em_sgd_new(p, n, &(em_sgd_opts){ .lr = 0.5 });
+    em_optimizer *opt_ref = em_sgd_new(pr, n, &(em_sgd_opts){ .lr = 0.5 });
+    em_dataloader *dl = loader(ds, bs, false);
+    em_accelerator *acc = em_accelerator_new(&(em_accelerator_opts){ .gradient_accumulation_steps = K });
+    ck_assert_int_eq(em_accelerator_prepare(acc, &m->base, opt, dl, NULL), EM_OK);
+
+    int64_t L = em_dataloader_len(dl), micro = 0, window_start = 0;
+    for (em_batch b; em_accelerator_next(acc, dl, &b);) {
+        int64_t before_n;
+        float *before = snapshot(m, &before_n);
+        EM_ACCUMULATE(acc, &m->base) {
+            em_accelerator_backward(acc, toy_loss(m, b.input_ids, b.labels));
+            em_accelerator_optimizer_step(acc, opt);
+            em_accelerator_optimizer_zero_grad(acc, opt);
+        }
+        micro++;
+        bool expect_sync = micro % K == 0 || micro == L;
+        ck_assert_msg(em_accelerator_sync_gradients(acc) == expect_sync, "micro-step %lld: sync %d", (long long)micro,
+                      em_accelerator_sync_gradients(acc));
+        int64_t after_n;
+        float *after = snapshot(m, &after_n);
+        if (!expect_sync) {
+            ck_assert_msg(memcmp(before, after, sizeof(float) * (size_t)after_n) == 0,
+                          "the optimizer stepped on non-sync micro-step %lld", (long long)micro);
+        } else {
+            int64_t rows = micro * bs < N ? micro * bs - window_start : N - window_start;
+            reference_step(ref, opt_ref, ds, window_start, rows);
+            window_start += rows;
+            assert_params_close(m, ref, 2e-6);
+        }
+        free(before), free(after);
+    }
+    ck_assert_int_eq(micro, L);
+    ck_assert_int_eq(window_start, N);
+    ck_assert_int_eq(em_accelerator_optimizer_steps(acc), (L + K - 1) / K);
+    em_accelerator_free(acc);
+    em_dataloader_free(dl);
+    em_optimizer_free(opt), em_optimizer_free(opt_ref);
+    free(p), free(pr);
+    em_module_free(&m->base), em_module_free(&ref->base);
+    em_dataset_free(&ds->base);
+}
+
+START_TEST(test_accumulation_equals_big_batch)
+{
+    check_windows(16, 2, 4);   /* two full windows of 4 micro-batches */
+    check_windows(12, 3, 1);   /* no accumulation */
+}
+END_TEST
+
+START_TEST(test_short_last_window)
+{
+    check_windows(10, 2, 4);   /* L = 5: windows of 4 and 1 */
+    check_windows(12, 2, 4);   /* L = 6: windows of 4 and 2 */
+    check_windows(18, 3, 4);   /* L = 6 again, batches of 3 */
+}
+END_TEST
+
+/* The scheduler steps once per optimizer step that happened: over two epochs
+ * of L = 5 batches with K = 2 (syncs at micro-steps 2, 4, 5 of each epoch). */
+static double lr_lambda(int64_t s, void *user)
+{
+    (void)user;
+    return 1.0 / (double)(s + 1);
+}
+
+START_TEST(test_sync_pattern_and_scheduler_rule)
+{
+    em_set_seed(3);
+    toy_ds *ds = toy_new(10, 5);
+    toy_model *m = toy_model_new(0);
+    int n;
+    em_tensor **p = params_of(m, &n);
+    em_optimizer *opt = em_adamw_new(p, n, &(em_adamw_opts){ .lr = 1e-2 });
+    em_scheduler *sched = em_lambda_lr_new(opt, lr_lambda, NULL);
+    em_dataloader *dl = loader(ds, 2, true);
+    em_accelerator *acc = em_accelerator_new(&(em_accelerator_opts){ .gradient_accumulation_steps = 2 });
+    ck_assert(em_accelerator_sync_gradients(acc));   /* before any micro-step */
+    ck_assert_int_eq(em_accelerator_prepare(acc, &m->base, opt, dl, sched), EM_OK);
+    const bool pattern[5] = { false, true, false, true, true };
+    int micro = 0;
+    for (int epoch = 0; epoch < 2; epoch++)
+        for (em_batch b; em_accelerator_next(acc, dl, &b);) {
+            bool eod = em_dataloader_end_of_dataloader(dl);
+            int64_t sched_before = em_scheduler_last_epoch(sched);
+            /* the Python loop of issue 6, without an accumulate block: each
+             * backward is a micro-step of its own */
+            em_accelerator_backward(acc, toy_loss(m, b.input_ids, b.labels));
+            em_accelerator_optimizer_step(acc, opt);
+            em_accelerator_scheduler_step(acc, sched);
+            em_accelerator_optimizer_zero_grad(acc, opt);
+            bool sync = em_accelerator_sync_gradients(acc);
+            ck_assert_msg(sync == pattern[micro % 5], "micro-step %d: sync %d", micro, sync);
+            ck_assert_int_eq(eod, micro % 5 == 4);
+            ck_assert_int_eq(em_scheduler_last_epoch(sched) - sched_before, sync ? 1 : 0);
+            if (!sync) {   /* the gradients accumulate: zero_grad was a no-op */
+                em_tensor *g = em_grad(p[0]);
+                ck_assert_ptr_nonnull(g);
+                ck_assert(em_item(em_sum(em_abs(g), 0, NULL, false)) > 0);
+            }
+            micro++;
+        }
+    ck_assert_int_eq(micro, 10);
+    ck_assert_int_eq(em_accelerator_step(acc), 10);
+    ck_assert_int_eq(em_accelerator_optimizer_steps(acc), 6);
+    ck_assert_int_eq(em_scheduler_last_epoch(sched), 6);
+    ck_assert_double_eq_tol(em_optimizer_lr(opt, 0), 1e-2 / 7.0, 1e-15);
+    em_accelerator_free(acc);
+    em_dataloader_free(dl);
+    em_scheduler_free(sched);
+    em_optimizer_free(opt);
+    free(p);
+    em_module_free(&m->base);
+    em_dataset_free(&ds->base);
+}
+END_TEST
+
+/* fp16 on the CPU: a scale so large that the scaled gradients overflow makes
+ * the GradScaler skip the step; the scheduler must not step then. */
+START_TEST(test_fp16_skipped_step_skips_scheduler)
+{
+    em_set_seed(3);
+    toy_ds *ds = toy_new(8, 5);
+    toy_model *m = toy_model_new(0);
+    int n;
+    em_tensor **p = params_of(m, &n);
+    em_optimizer *opt = em_sgd_new(p, n, &(em_sgd_opts){ .lr = 0.1 });
+    em_scheduler *sched = em_lambda_lr_new(opt, lr_lambda, NULL);
+    em_dataloader *dl = loader(ds, 4, false);
+    em_accelerator *acc = em_accelerator_new(&(em_accelerator_opts){
+        .mixed_precision = EM_MP_FP16, .scaler = { .init_scale = 1e38 } });
+    ck_assert_ptr_nonnull(em_accelerator_grad_scaler(acc));
+    ck_assert_int_eq(em_accelerator_prepare(acc, &m->base, opt, dl, sched), EM_OK);
+    int64_t cnt;
+    float *before = snapshot(m, &cnt);
+    em_batch b;
+    EM_SCOPE {
+        ck_assert(em_accelerator_next(acc, dl, &b));
+        em_tensor *loss;
+        EM_AUTOCAST(acc) {
+            ck_assert(em_autocast_enabled());
+            ck_assert_int_eq(em_autocast_dtype(), EM_F16);
+            loss = toy_loss(m, b.input_ids, b.labels);
+        }
+        ck_assert_int_eq(em_accelerator_backward(acc, loss), EM_OK);
+        ck_assert_int_eq(em_accelerator_optimizer_step(acc, opt), EM_OK);
+        em_accelerator_scheduler_step(acc, sched);
+        em_accelerator_optimizer_zero_grad(acc, opt);
+    }
+    ck_assert(em_accelerator_optimizer_step_was_skipped(acc));
+    ck_assert_int_eq(em_accelerator_optimizer_steps(acc), 0);
+    ck_assert_int_eq(em_scheduler_last_epoch(sched), 0);
+    ck_assert_double_eq(em_grad_scaler_get_scale(em_accelerator_grad_scaler(acc)), (double)(float)(1e38 * 0.5));
+    int64_t cnt2;
+    float *after = snapshot(m, &cnt2);
+    ck_assert(memcmp(before, after, sizeof(float) * (size_t)cnt) == 0);
+    /* with a sane scale the next step happens, and so does the scheduler's */
+    em_grad_scaler_update_to(em_accelerator_grad_scaler(acc), 1024);
+    EM_SCOPE {
+        ck_assert(em_accelerator_next(acc, dl, &b));
+        em_tensor *loss;
+        EM_AUTOCAST(acc) { loss = toy_loss(m, b.input_ids, b.labels); }
+        em_accelerator_backward(acc, loss);
+        em_accelerator_optimizer_step(acc, opt);
+        em_accelerator_scheduler_step(acc, sched);
+        em_accelerator_optimizer_zero_grad(acc, opt);
+    }
+    ck_assert(!em_accelerator_optimizer_step_was_skipped(acc));
+    ck_assert_int_eq(em_accelerator_optimizer_steps(acc), 1);
+    ck_assert_int_eq(em_scheduler_last_epoch(sched), 1);
+    free(before), free(after);
+    em_accelerator_free(acc);
+    em_dataloader_free(dl);
+    em_scheduler_free(sched);
+    em_optimizer_free(opt);
+    free(p);
+    em_module_free(&m->base);
+    em_dataset_free(&ds->base);
+}
+END_TEST
+
+START_TEST(test_bf16_autocast_region)
+{
+    em_accelerator *acc = em_accelerator_new(&(em_accelerator_opts){ .mixed_precision = EM_MP_BF16 });
+    ck_assert_int_eq(em_accelerator_mixed_precision(acc), EM_MP_BF16);
+    ck_assert_ptr_null(em_accelerator_grad_scaler(acc));
+    EM_AUTOCAST(acc) { ck_assert_int_eq(em_autocast_dtype(), EM_BF16); }
+    ck_assert_int_eq(em_autocast_depth(), 0);
+    em_accelerator_free(acc);
+    acc = em_accelerator_new(&(em_accelerator_opts){ .mixed_precision = EM_MP_NO });
+    EM_AUTOCAST(acc) { ck_assert(!em_autocast_enabled()); }
+    em_accelerator_free(acc);
+}
+END_TEST
+
+/* Clipping: the total norm before clipping, the gradients scaled to max_norm,
+ * and nothing on a non-sync micro-step. */
+START_TEST(test_clip_grad_norm)
+{
+    em_set_seed(9);
+    toy_ds *ds = toy_new(8, 2);
+    toy_model *m = toy_model_new(0);
+    int n;
+    em_tensor **p = params_of(m, &n);
+    em_optimizer *opt = em_sgd_new(p, n, NULL);
+    em_dataloader *dl = loader(ds, 2, false);
+    em_accelerator *acc = em_accelerator_new(&(em_accelerator_opts){ .gradient_accumulation_steps = 2 });
+    ck_assert_int_eq(em_accelerator_prepare(acc, &m->base, opt, dl, NULL), EM_OK);
+    int micro = 0;
+    for (em_batch b; em_accelerator_next(acc, dl, &b);) EM_ACCUMULATE(acc, &m->base) {
+        em_accelerator_backward(acc, toy_loss(m, b.input_ids, b.labels));
+        double sq = 0;
+        for (int i = 0; i < n; i++) {
+            double *g = tu_to_doubles(em_grad(p[i]));
+            for (int64_t k = 0; k < em_numel(p[i]); k++) sq += g[k] * g[k];
+            free(g);
+        }
+        double norm = em_accelerator_clip_grad_norm(acc, &m->base, 1e-3);
+        if (micro % 2 == 0) {
+            ck_assert(isnan(norm));
+        } else {
+            ck_assert_double_eq_tol(norm, sqrt(sq), 1e-5 * sqrt(sq));
+            double sq2 = 0;
+            for (int i = 0; i < n; i++) {
+                double *g = tu_to_doubles(em_grad(p[i]));
+                for (int64_t k = 0; k < em_numel(p[i]); k++) sq2 += g[k] * g[k];
+                free(g);
+            }
+            double want = sqrt(sq) * fmin(1e-3 / (sqrt(sq) + 1e-6), 1.0);
+            ck_assert_double_eq_tol(sqrt(sq2), want, 1e-5 * want);
+        }
+        em_accelerator_optimizer_zero_grad(acc, opt);
+        micro++;
+    }
+    ck_assert_int_eq(micro, 4);
+    em_accelerator_free(acc);
+    em_dataloader_free(dl);
+    em_optimizer_free(opt);
+    free(p);
+    em_module_free(&m->base);
+    em_dataset_free(&ds->base);
+}
+END_TEST
+
+/* gather_for_metrics in a world of one: every sample exactly once; 0-d
+ * tensors count as one row; the helpers of a world of one. */
+START_TEST(test_gather_for_metrics_single)
+{
+    toy_ds *ds = toy_new(10, 1);
+    em_dataloader *dl = loader(ds, 4, false);
+    em_accelerator *acc = em_accelerator_new(NULL);
+    ck_assert_int_eq(em_accelerator_prepare_dataloader(acc, dl), EM_OK);
+    int64_t total = 0, sum = 0;
+    for (em_batch b; em_accelerator_next(acc, dl, &b);) {
+        em_tensor *out[2];
+        em_tensor *in[2] = { b.labels, em_sum(b.labels, 0, NULL, false) };
+        ck_assert_int_eq(em_accelerator_gather_for_metrics(acc, 2, in, out), EM_OK);
+        total += out[0]->shape[0];
+        ck_assert_int_eq(out[1]->ndim, 1);
+        ck_assert_int_eq(out[1]->shape[0], 1);
+        sum += (int64_t)em_item(out[1]);
+    }
+    ck_assert_int_eq(total, 10);
+    int64_t want = 0;
+    for (int i = 0; i < 10; i++) want += ds->labels[i];
+    ck_assert_int_eq(sum, want);
+    ck_assert(em_accelerator_is_main_process(acc) && em_accelerator_is_local_main_process(acc));
+    ck_assert(em_accelerator_is_last_process(acc));
+    ck_assert_int_eq(em_accelerator_num_processes(acc), 1);
+    int64_t b0, e0;
+    em_accelerator_split_between_processes(acc, 7, &b0, &e0);
+    ck_assert(b0 == 0 && e0 == 7);
+    EM_SCOPE {
+        em_tensor *t = em_arange(0, 5, 1, EM_F32, EM_CPU);
+        em_tensor *r = em_accelerator_reduce(acc, t, EM_RED_SUM);
+        ck_assert_double_eq(em_item(em_sum(r, 0, NULL, false)), 10);
+    }
+    int ran = 0;
+    EM_ON_MAIN_PROCESS(acc) ran++;
+    EM_MAIN_PROCESS_FIRST(acc) { ran++; }
+    ck_assert_int_eq(ran, 2);
+    em_accelerator_free(acc);
+    em_dataloader_free(dl);
+    em_dataset_free(&ds->base);
+}
+END_TEST
+
+/* ---- checkpoints -------------------------------------------------------------------------- */
+static char g_tmp[256];
+static void make_tmp(void)
+{
+    snprintf(g_tmp, sizeof g_tmp, "/tmp/ember-test-acc-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(g_tmp));
+}
+static int rm_rf(const char *path)
+{
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
+    return system(cmd);
+}
+
+/* One training setup, built the same way every time. */
+typedef struct run {
+    toy_ds *ds;
+    toy_model *m;
+    em_tensor **p;
+    int n;
+    em_optimizer *opt;
+    em_scheduler *sched;
+    em_dataloader *dl;
+    em_accelerator *acc;
+} run;
+
+static void run_new(run *r, const em_accelerator_opts *o)
+{
+    em_set_seed(1234);
+    r->ds = toy_new(20, 77);
+    r->m = toy_model_new(0.25);
+    r->p = params_of(r->m, &r->n);
+    const char *names[64];
+    em_named_tensors ps = em_module_named_parameters(&r->m->base);
+    for (int i = 0; i < ps.n; i++) names[i] = ps.items[i].name;
+    em_tensor *buf[64];
+    em_param_group groups[2];
+    int ng = em_param_groups_no_decay(names, r->p, r->n, 0.01, buf, groups);
+    r->opt = em_adamw_new_groups(groups, ng, &(em_adamw_opts){ .lr = 3e-2 });
+    em_named_tensors_free(&ps);
+    r->sched = em_linear_schedule_with_warmup(r->opt, 3, 40);
+    ck_assert_int_eq(em_dataloader_new(&r->ds->base, &(em_dataloader_opts){ .batch_size = 3, .shuffle = true }, &r->dl),
+                     EM_OK);
+    r->acc = em_accelerator_new(o);
+    ck_assert_ptr_nonnull(r->acc);
+    ck_assert_int_eq(em_accelerator_prepare(r->acc, &r->m->base, r->opt, r->dl, r->sched), EM_OK);
+}
+
+static void run_free(run *r)
+{
+    em_accelerator_free(r->acc);
+    em_dataloader_free(r->dl);
+    em_scheduler_free(r->sched);
+    em_optimizer_free(r->opt);
+    free(r->p);
+    em_module_free(&r->m->base);
+    em_dataset_free(&r->ds->base);
+}
+
+/* nsteps micro-steps, crossing epochs as needed (plain em_dataloader_next). */
+static void run_train(run *r, int nsteps)
+{
+    for (int done = 0; done < nsteps;) {
+        em_scope_begin();
+        em_batch b;
+        if (em_dataloader_next(r->dl, &b)) {
+            EM_ACCUMULATE(r->acc, &r->m->base) {
+                em_accelerator_backward(r->acc, toy_loss(r->m, b.input_ids, b.labels));
+                if (em_accelerator_sync_gradients(r->acc)) em_accelerator_clip_grad_norm(r->acc, &r->m->base, 1.0);
+                em_accelerator_optimizer_step(r->acc, r->opt);
+                em_accelerator_scheduler_step(r->acc, r->sched);
+                em_accelerator_optimizer_zero_grad(r->acc, r->opt);
+            }
+            done++;
+        }
+        em_scope_end();
+    }
+}
+
+static void check_resume(em_mixed_precision mp, int N)
+{
+    make_tmp();
+    char dir[300];
+    snprintf(dir, sizeof dir, "%s/state", g_tmp);
+    em_accelerator_opts o = { .gradient_accumulation_steps = 2, .mixed_precision = mp };
+    run a, b, c;
+    run_new(&a, &o);   /* L = 7 batches per epoch (the last of 2), K = 2 */
+    run_train(&a, 2 * N);
+    int64_t na;
+    float *pa = snapshot(a.m, &na);
+
+    run_new(&b, &o);
+    run_train(&b, N);
+    ck_assert(em_accelerator_sync_gradients(b.acc));
+    ck_assert_int_eq(em_accelerator_save_state(b.acc, dir), EM_OK);
+    em_loader_state saved_pos = em_dataloader_state(b.dl);
+    int64_t saved_steps = em_accelerator_optimizer_steps(b.acc);
+    run_free(&b);
+
+    run_new(&c, &o);
+    EM_SCOPE { em_rand(EM_SHAPE(100), EM_F32, EM_CPU); }   /* disturb the RNG: load_state must restore it */
+    ck_assert_int_eq(em_accelerator_load_state(c.acc, dir), EM_OK);
+    ck_assert_int_eq(em_accelerator_step(c.acc), N);
+    ck_assert_int_eq(em_accelerator_optimizer_steps(c.acc), saved_steps);
+    em_loader_state pos = em_dataloader_state(c.dl);
+    ck_assert(pos.epoch == saved_pos.epoch && pos.batch == saved_pos.batch);
+    run_train(&c, N);
+    int64_t nc;
+    float *pc = snapshot(c.m, &nc);
+    ck_assert_int_eq(na, nc);
+    for (int64_t i = 0; i < na; i++)
+        ck_assert_msg(memcmp(&pa[i], &pc[i], sizeof(float)) == 0, "parameter element %lld: %.9g vs %.9g", (long long)i,
+                      pa[i], pc[i]);
+    ck_assert_int_eq(em_accelerator_optimizer_steps(a.acc), em_accelerator_optimizer_steps(c.acc));
+    ck_assert_int_eq(em_scheduler_last_epoch(a.sched), em_scheduler_last_epoch(c.sched));
+    ck_assert_int_eq(em_accelerator_step(a.acc), em_accelerator_step(c.acc));
+    ck_assert(em_rng_get_state().offset > 0);
+    free(pa), free(pc);
+    run_free(&a);
+    run_free(&c);
+    rm_rf(g_tmp);
+}
+
+START_TEST(test_save_load_bit_identical)
+{
+    check_resume(EM_MP_NO, 9);   /* saved at micro-step 9: epoch 1, batch 2, a sync step */
+    check_resume(EM_MP_NO, 7);   /* saved at the end of epoch 0 */
+}
+END_TEST
+
+START_TEST(test_save_load_bit_identical_fp16)
+{
+    check_resume(EM_MP_FP16, 9);   /* the scaler's scale and tracker travel too */
+}
+END_TEST
+
+static bool exists(const char *dir, const char *name)
+{
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    struct stat sb;
+    return stat(p, &sb) == 0;
+}
+
+START_TEST(test_save_state_layout_and_overwrite)
+{
+    make_tmp();
+    char dir[300];
+    snprintf(dir, sizeof dir, "%s/ckpt", g_tmp);
+    run r;
+    run_new(&r, &(em_accelerator_opts){ .mixed_precision = EM_MP_FP16 });
+    run_train(&r, 2);
+    ck_assert_int_eq(em_accelerator_save_state(r.acc, dir), EM_OK);
+    const char *files[] = { "model.safetensors", "optimizer.safetensors", "scheduler.safetensors",
+                            "scaler.safetensors", "random_states_0.json", "accelerator_state.json" };
+    for (int i = 0; i < 6; i++) ck_assert_msg(exists(dir, files[i]), "%s missing", files[i]);
+    ck_assert(!exists(g_tmp, "ckpt.tmp-ember"));
+    /* the model file holds the unwrapped names */
+    em_safetensors *sf;
+    char path[400];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    ck_assert_int_eq(em_safetensors_open(path, &sf), EM_OK);
+    ck_assert_int_eq(em_safetensors_count(sf), 4);
+    const char *want[] = { "l1.weight", "l1.bias", "l2.weight", "l2.bias" };
+    for (int i = 0; i < 4; i++) {
+        bool found = false;
+        for (int k = 0; k < 4; k++) found |= !strcmp(em_safetensors_name(sf, k), want[i]);
+        ck_assert_msg(found, "model.safetensors lacks %s", want[i]);
+    }
+    em_safetensors_close(sf);
+    /* a second save replaces the first, atomically */
+    run_train(&r, 2);
+    ck_assert_int_eq(em_accelerator_save_state(r.acc, dir), EM_OK);
+    ck_assert(!exists(g_tmp, "ckpt.tmp-ember"));
+    ck_assert(!exists(g_tmp, "ckpt.old-ember"));
+    run r2;
+    run_new(&r2, &(em_accelerator_opts){ .mixed_precision = EM_MP_FP16 });
+    ck_assert_int_eq(em_accelerator_load_state(r2.acc, dir), EM_OK);
+    ck_assert_int_eq(em_accelerator_step(r2.acc), 4);
+    /* a stale temporary folder from a crashed save is cleaned up */
+    char stale[400];
+    snprintf(stale, sizeof stale, "%s.tmp-ember", dir);
+    mkdir(stale, 0777);
+    ck_assert_int_eq(em_accelerator_save_state(r.acc, dir), EM_OK);
+    ck_assert(!exists(g_tmp, "ckpt.tmp-ember"));
+    run_free(&r);
+    run_free(&r2);
+    rm_rf(g_tmp);
+}
+END_TEST
+
+/* A checkpoint that does not fit: a missing file, another world, another
+ * model shape. The model stays unchanged. */
+START_TEST(test_load_state_mismatch)
+{
+    make_tmp();
+    char dir[300], path[400];
+    snprintf(dir, sizeof dir, "%s/ckpt", g_tmp);
+    run r;
+    run_new(&r, NULL);
+    run_train(&r, 2);
+    ck_assert_int_eq(em_accelerator_save_state(r.acc, dir), EM_OK);
+    ck_assert_int_eq(em_accelerator_load_state(r.acc, g_tmp), EM_ERR_NOT_FOUND);
+    ck_assert_ptr_nonnull(strstr(em_last_error(), "accelerator_state.json"));
+
+    /* another model shape */
+    em_set_seed(5);
+    toy_model *m = calloc(1, sizeof *m);
+    em_module_init(&m->base, "Toy", NULL);
+    m->l1 = (em_nn_linear *)em_module_register_child(&m->base, "l1", &em_nn_linear_new(FEAT, 6, NULL)->base);
+    m->drop = (em_nn_dropout *)em_module_register_child(&m->base, "drop", &em_nn_dropout_new(0)->base);
+    m->l2 = (em_nn_linear *)em_module_register_child(&m->base, "l2", &em_nn_linear_new(6, 2, NULL)->base);
+    int n;
+    em_tensor **p = params_of(m, &n);
+    em_optimizer *opt = em_adamw_new(p, n, NULL);
+    em_scheduler *sched = em_linear_schedule_with_warmup(opt, 3, 40);
+    em_dataloader *dl;
+    em_dataloader_new(&r.ds->base, &(em_dataloader_opts){ .batch_size = 3 }, &dl);
+    em_accelerator *acc = em_accelerator_new(NULL);
+    ck_assert_int_eq(em_accelerator_prepare(acc, &m->base, opt, dl, sched), EM_OK);
+    int64_t cnt;
+    float *before = snapshot(m, &cnt);
+    ck_assert_int_eq(em_accelerator_load_state(acc, dir), EM_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(em_last_error(), "l1.weight"));
+    float *after = snapshot(m, &cnt);
+    ck_assert(memcmp(before, after, sizeof(float) * (size_t)cnt) == 0);
+    free(before), free(after);
+    em_accelerator_free(acc);
+
+    /* other prepared counts */
+    acc = em_accelerator_new(NULL);
+    ck_assert_int_eq(em_accelerator_prepare(acc, &m->base, opt, NULL, NULL), EM_OK);
+    ck_assert_int_eq(em_accelerator_load_state(acc, dir), EM_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(em_last_error(), "were prepared"));
+    em_accelerator_free(acc);
+
+    /* a corrupt counters file */
+    snprintf(path, sizeof path, "%s/accelerator_state.json", dir);
+    FILE *f = fopen(path, "w");
+    fputs("{\"format\": \"ember.accelerator_state/1\", \"world_size\": 1, \"step\": -3}", f);
+    fclose(f);
+    ck_assert_int_eq(em_accelerator_load_state(r.acc, dir), EM_ERR_FORMAT);
+    ck_assert_ptr_nonnull(strstr(em_last_error(), "step"));
+
+    em_dataloader_free(dl);
+    em_scheduler_free(sched);
+    em_optimizer_free(opt);
+    free(p);
+    em_module_free(&m->base);
+    run_free(&r);
+    rm_rf(g_tmp);
+}
+END_TEST
+
+/* Automatic naming: checkpoint_<n> under <project_dir>/checkpoints, total_limit
+ * keeps the newest by NUMBER (checkpoint_10 after checkpoint_9), load_state
+ * restores the iteration (Accelerate forgets it), numbers are never reused. */
+START_TEST(test_automatic_naming_total_limit)
+{
+    make_tmp();
+    em_accelerator_opts o = { .project_dir = g_tmp, .automatic_checkpoint_naming = true, .total_limit = 3 };
+    run r;
+    run_new(&r, &o);
+    for (int i = 0; i < 12; i++) {
+        run_train(&r, 1);
+        ck_assert_int_eq(em_accelerator_iteration(r.acc), i);
+        ck_assert_int_eq(em_accelerator_save_state(r.acc, NULL), EM_OK);
+    }
+    char base[300];
+    snprintf(base, sizeof base, "%s/checkpoints", g_tmp);
+    int count = 0;
+    DIR *d = opendir(base);
+    for (struct dirent *e; (e = readdir(d));) count += e->d_name[0] != '.';
+    closedir(d);
+    ck_assert_int_eq(count, 3);
+    ck_assert(exists(base, "checkpoint_9") && exists(base, "checkpoint_10") && exists(base, "checkpoint_11"));
+    ck_assert_int_eq(em_accelerator_iteration(r.acc), 12);
+
+    /* a fresh run must not silently write checkpoint_0 next to them */
+    run r2;
+    run_new(&r2, &o);
+    ck_assert_int_eq(em_accelerator_save_state(r2.acc, NULL), EM_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(em_last_error(), "checkpoint_11"));
+    /* load_state(NULL): the latest by number, with its iteration */
+    ck_assert_int_eq(em_accelerator_load_state(r2.acc, NULL), EM_OK);
+    ck_assert_int_eq(em_accelerator_iteration(r2.acc), 12);
+    ck_assert_int_eq(em_accelerator_step(r2.acc), 12);
+    ck_assert_int_eq(em_accelerator_save_state(r2.acc, NULL), EM_OK);
+    ck_assert(exists(base, "checkpoint_12") && !exists(base, "checkpoint_9"));
+    run_free(&r2);
+    /* loading an older one continues after the newest */
+    run r3;
+    run_new(&r3, &o);
+    char older[400];
+    snprintf(older, sizeof older, "%s/checkpoint_10", base);
+    ck_assert_int_eq(em_accelerator_load_state(r3.acc, older), EM_OK);
+    ck_assert_int_eq(em_accelerator_step(r3.acc), 11);
+    ck_assert_int_eq(em_accelerator_iteration(r3.acc), 13);
+    run_free(&r3);
+    /* without automatic naming, save_state(NULL) is an error */
+    run r4;
+    run_new(&r4, NULL);
+    ck_assert_int_eq(em_accelerator_save_state(r4.acc, NULL), EM_ERR_INVALID);
+    ck_assert_int_eq(em_accelerator_load_state(r4.acc, NULL), EM_ERR_INVALID);
+    run_free(&r4);
+    run_free(&r);
+    rm_rf(g_tmp);
+}
+END_TEST
+
+/* Constructor arguments win over the environment; the environment fills in. */
+START_TEST(test_env_precedence)
+{
+    setenv("EMBER_GRADIENT_ACCUMULATION_STEPS", "3", 1);
+    setenv("EMBER_MIXED_PRECISION", "bf16", 1);
+    em_accelerator *acc = em_accelerator_new(NULL);
+    ck_assert_int_eq(em_accelerator_gradient_accumulation_steps(acc), 3);
+    ck_assert_int_eq(em_accelerator_mixed_precision(acc), EM_MP_BF16);
+    em_accelerator_free(acc);
+    acc = em_accelerator_new(&(em_accelerator_opts){ .gradient_accumulation_steps = 2, .mixed_precision = EM_MP_NO });
+    ck_assert_int_eq(em_accelerator_gradient_accumulation_steps(acc), 2);
+    ck_assert_int_eq(em_accelerator_mixed_precision(acc), EM_MP_NO);
+    em_accelerator_free(acc);
+    setenv("EMBER_MIXED_PRECISION", "fp8", 1);
+    ck_assert_ptr_null(em_accelerator_new(NULL));
+    ck_assert_int_eq(em_last_status(), EM_ERR_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(em_last_error(), "EMBER_MIXED_PRECISION"));
+    setenv("EMBER_MIXED_PRECISION", "no", 1);
+    setenv("EMBER_GRADIENT_ACCUMULATION_STEPS", "x", 1);
+    ck_assert_ptr_null(em_accelerator_new(NULL));
+    ck_assert_int_eq(em_last_status(), EM_ERR_INVALID);
+    unsetenv("EMBER_GRADIENT_ACCUMULATION_STEPS");
+    unsetenv("EMBER_MIXED_PRECISION");
+}
+END_TEST
+
+/* A training step under the accelerator returns to its starting live bytes. */
+START_TEST(test_no_leak_per_step)
+{
+    run r;
+    run_new(&r, &(em_accelerator_opts){ .gradient_accumulation_steps = 2 });
+    run_train(&r, 4);   /* optimizer state allocated */
+    int64_t live = tu_live_bytes();
+    run_train(&r, 4);
+    ck_assert_int_eq(tu_live_bytes(), live);
+    run_free(&r);
+}
+END_TEST
+
+/* ---- misuse ---------------------------------------------------------------------------------- */
+START_TEST(test_misuse_unprepared_optimizer)
+{
+    em_accelerator *acc = em_accelerator_new(NULL);
+    toy_model *m = toy_model_new(0);
+    int n;
+    em_tensor **p = params_of(m, &n);
+    em_optimizer *opt = em_sgd_new(p, n, NULL);
+    tu_expect_misuse("was not prepared");
+    em_accelerator_optimizer_step(acc, opt);
+}
+END_TEST
+
+START_TEST(test_misuse_nested_accumulate)
+{
+    em_accelerator *acc = em_accelerator_new(NULL);
+    tu_expect_misuse("do not nest");
+    EM_ACCUMULATE(acc, NULL) { EM_ACCUMULATE(acc, NULL) {} }
+}
+END_TEST
+
+START_TEST(test_misuse_unprepared_loader)
+{
+    em_accelerator *acc = em_accelerator_new(NULL);
+    toy_ds *ds = toy_new(4, 1);
+    em_dataloader *dl = loader(ds, 2, false);
+    em_batch b;
+    tu_expect_misuse("was not prepared");
+    em_accelerator_next(acc, dl, &b);
+}
+END_TEST
+
+static Suite *make_suite(void)
+{
+    Suite *s = suite_create("accelerator");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_accumulation_equals_big_batch);
+    tcase_add_test(tc, test_short_last_window);
+    tcase_add_test(tc, test_sync_pattern_and_scheduler_rule);
+    tcase_add_test(tc, test_fp16_skipped_step_skips_scheduler);
+    tcase_add_test(tc, test_bf16_autocast_region);
+    tcase_add_test(tc, test_clip_grad_norm);
+    tcase_add_test(tc, test_gather_for_metrics_single);
+    tcase_add_test(tc, test_save_load_bit_identical);
+    tcase_add_test(tc, test_save_load_bit_identical_fp16);
+    tcase_add_test(tc, test_save_state_layout_and_overwrite);
+    tcase_add_test(tc, test_load_state_mismatch);
+    tcase_add_test(tc, test_automatic_naming_total_limit);
+    tcase_add_test(tc, test_env_precedence);
+    tcase_add_test(tc, test_no_leak_per_step);
+    tu_add_misuse_test(tc, test_misuse_unprepared_optimizer);
+    tu_add_misuse_test(tc, test_misuse_nested_accumulate);
+    tu_add_misuse_test(tc, test_misuse_unprepared_loader);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) { return tu_run_suite(make_suite()); }
