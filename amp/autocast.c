@@ -10,6 +10,7 @@
 #include "amp/amp.h"
 #include "tensor/tensor_internal.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -131,12 +132,35 @@ static em_tensor *region_own(em_tensor *c)
     return c;
 }
 
-/* A cast of t to dt that the cache owns (made in a private scope, then kept by
- * one reference); NULL on OOM. */
+/* em_to_dtype(t, dt) in t's memory order: a transposed or permuted view of a
+ * dense block (nn's linear passes its weight transposed; attention permutes
+ * its heads) is cast as that block, a contiguous vectorized conversion, and
+ * viewed back, instead of being gathered element by element (about 40x
+ * slower for a transposed [3072,768] weight). The views are recorded ops, so
+ * gradients flow as through em_to_dtype, and the cast's gradient arrives in
+ * the block's order too. Results belong to the current scope. */
+static em_tensor *to_dtype_memory_order(em_tensor *t, em_dtype dt)
+{
+    if (t->ndim < 2 || em_is_contiguous(t)) return em_to_dtype(t, dt);
+    int perm[EM_MAX_DIMS], inv[EM_MAX_DIMS];
+    for (int i = 0; i < t->ndim; i++) {   /* dims by stride, outermost first (insertion sort: stable) */
+        int d = i, j = i;
+        while (j > 0 && t->stride[perm[j - 1]] < t->stride[d]) perm[j] = perm[j - 1], j--;
+        perm[j] = d;
+    }
+    em_tensor *block = em_permute(t, perm);
+    if (!block || !em_is_contiguous(block)) return block ? em_to_dtype(t, dt) : NULL;   /* not dense: gather */
+    for (int i = 0; i < t->ndim; i++) inv[perm[i]] = i;
+    em_tensor *c = em_to_dtype(block, dt);
+    return c ? em_permute(c, inv) : NULL;
+}
+
+/* A cast of t to dt that the caller owns (made in a private scope, then kept
+ * by one reference); NULL on OOM. */
 static em_tensor *cast_unscoped(em_tensor *t, em_dtype dt)
 {
     em_scope_begin();
-    em_tensor *c = em_retain(em_to_dtype(t, dt));
+    em_tensor *c = em_retain(to_dtype_memory_order(t, dt));
     em_scope_end();
     return c;
 }
@@ -202,6 +226,9 @@ static em_tensor *autocast_hook(em_op op, int arg, em_tensor *t)
 }
 
 /* ---- regions ------------------------------------------------------------------------- */
+static pthread_once_t hook_once = PTHREAD_ONCE_INIT;
+static void install_hook(void) { em__autocast_hook = autocast_hook; }
+
 void em_autocast_begin(em_dtype dtype)
 {
     if (dtype != EM_BF16 && dtype != EM_F16 && dtype != EM_F32) {
@@ -213,7 +240,7 @@ void em_autocast_begin(em_dtype dtype)
         em__misuse("em_autocast_begin", "more than %d nested autocast regions", MAX_DEPTH);
         return;
     }
-    em__autocast_hook = autocast_hook;
+    pthread_once(&hook_once, install_hook);
     st.dtypes[st.depth++] = dtype;
 }
 

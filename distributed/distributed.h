@@ -38,8 +38,9 @@ extern "C" {
  * the program should exit non-zero; mpirun then stops the other ranks (it also
  * does so by itself when a rank is killed).
  * Transport: MPI (all MPI calls on one communication thread). When every rank
- * is on one node, all-reduces of 256 KiB and more go through shared memory
- * (EMBER_SHM=0 turns that off; EMBER_SHM_MIN_BYTES moves the threshold).
+ * is on one node, all-reduces move their data through shared memory instead
+ * (EMBER_SHM=0 turns that off; EMBER_SHM_MIN_BYTES sets a size below which
+ * MPI keeps them).
  * Issue a group's collectives from one thread at a time: their order is the
  * contract between ranks. */
 typedef struct em_process_group em_process_group;

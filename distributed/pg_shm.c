@@ -72,7 +72,7 @@ struct em__pg_shm {
     size_t bytes;
     shm_slot *ctl;            /* slot 0 holds the nonce; rank q uses slot q + 1 */
     char *ring0;              /* rank q's ring: ring0 + q * ring * step */
-    uint64_t ring;            /* steps in a ring (EMBER_SHM_RING, default 4) */
+    uint64_t ring;            /* steps in a ring (EMBER_SHM_RING, default 16) */
     size_t step;              /* bytes per step, a multiple of 64 * P */
     uint64_t steps;           /* steps done so far, by every rank alike */
     const void **src;         /* [world] reduction sources (scratch) */
@@ -163,10 +163,10 @@ em_status em__pg_shm_setup(em_process_group *pg, char *msg, size_t cap)
         mine.nonce = random_u64();
         snprintf(mine.name, sizeof mine.name, "/ember-%d-%08llx", (int)getpid(),
                  (unsigned long long)(mine.nonce & 0xffffffffu));
-        /* the step: EMBER_SHM_STEP_KB (default 1024), whole 64-byte lines per part */
-        size_t step = env_size("EMBER_SHM_STEP_KB", 1024) << 10, unit = (size_t)64 * (size_t)world;
+        /* the step: EMBER_SHM_STEP_KB (default 256), whole 64-byte lines per part */
+        size_t step = env_size("EMBER_SHM_STEP_KB", 256) << 10, unit = (size_t)64 * (size_t)world;
         mine.step = step < unit ? unit : step / unit * unit;
-        mine.ring = env_size("EMBER_SHM_RING", 4);
+        mine.ring = env_size("EMBER_SHM_RING", 16);
         mine.ring = mine.ring < 2 ? 2 : mine.ring;
     }
     em_status s = em__pg_mpi_allgather_bytes(pg, &mine, tags, (int)sizeof mine, "shared-memory setup", msg, cap);
@@ -206,7 +206,7 @@ em_status em__pg_shm_setup(em_process_group *pg, char *msg, size_t cap)
     sh->ctl = (shm_slot *)(void *)sh->base;
     sh->ring0 = sh->base + (size_t)(world + 1) * SLOT;
     sh->src = src;
-    sh->min_bytes = env_size("EMBER_SHM_MIN_BYTES", (size_t)256 << 10);
+    sh->min_bytes = env_size("EMBER_SHM_MIN_BYTES", 0);
     pg->shm = sh;
     MY(pg)->pid = (int32_t)getpid();
     /* everyone's pid is written before anyone checks for dead peers */
@@ -298,47 +298,28 @@ static void sleep_on(em_process_group *pg, int q, size_t which, uint64_t target)
     atomic_fetch_sub(&peer->sleepers, 1);
 }
 
-/* Waits until every peer's counter (a, b or c) reaches target. */
-static bool wait_peers(em_process_group *pg, em__pg_job *job, size_t which, uint64_t target, double t0)
+/* The lowest of the peers' counters `which`; *who gets a peer that has it. */
+static uint64_t peers_min(em_process_group *pg, size_t which, int *who)
 {
-    double next_check = em__pg_now() + 0.25;
-    for (long it = 0;; it++) {
-        int q = 0;
-        for (; q < pg->world; q++)
-            if (q != pg->rank && atomic_load_explicit(counter(pg, q, which), memory_order_acquire) < target)
-                break;
-        if (q == pg->world)
-            return true;
-        double now = em__pg_now(), waited = now - t0;
-        if (waited > pg->timeout_s) {
-            char stage[96];
-            snprintf(stage, sizeof stage, "in the shared-memory all-reduce, waiting for rank %d", q);
-            em__pg_timeout(pg, job, stage);
-            return false;
+    uint64_t m = UINT64_MAX;
+    for (int q = 0; q < pg->world; q++) {
+        if (q == pg->rank)
+            continue;
+        uint64_t v = atomic_load_explicit(counter(pg, q, which), memory_order_acquire);
+        if (v < m) {
+            m = v;
+            *who = q;
         }
-        if (now > next_check) {
-            char dead[96], what[160];
-            next_check = now + 0.25;
-            if (em__pg_shm_dead_peer(pg, dead, sizeof dead)) {
-                em__pg_job_fail(job, EM_ERR_COMM, "%s on rank %d of %d failed: %s exited during the shared-memory all-reduce",
-                                em__pg_job_str(job, what, sizeof what), pg->rank, pg->world, dead);
-                return false;
-            }
-        }
-        if (it < 256)
-            em__pg_backoff(it, 0);
-        else
-            sleep_on(pg, q, which, target);
     }
+    return m;
 }
 
-#define WAIT(field, target) wait_peers(pg, job, offsetof(shm_slot, field), (target), t0)
 #define DONE(field, value) (atomic_store_explicit(&MY(pg)->field, (value), memory_order_release), ring_bell(pg))
 
 /* Step geometry: part q of local step k is [k*S + q*pe, ...) clipped to n. */
 typedef struct geom {
     int64_t n, pe, S;   /* elements: tensor, per part, per step */
-    size_t es, step;    /* element size, step bytes in the ring */
+    size_t es;
 } geom;
 
 static int64_t part_lo(const geom *G, int64_t k, int q)
@@ -352,83 +333,118 @@ static int64_t part_hi(const geom *G, int64_t k, int q)
     return hi < G->n ? hi : G->n;
 }
 
-/* my ring slot for global step g, rank q's; parts sit at q' * pe within it */
+/* rank q's ring slot for global step g; part q' sits at q' * pe within it */
 static char *ring(em__pg_shm *sh, int q, uint64_t g)
 {
     return sh->ring0 + ((size_t)q * sh->ring + (size_t)(g % sh->ring)) * sh->step;
 }
 
-static bool phase_a(em_process_group *pg, em__pg_job *job, const geom *G, int64_t k, uint64_t g, double t0)
+/* A: my parts q != r of local step k into my slot */
+static void phase_a(em_process_group *pg, em__pg_job *job, const geom *G, int64_t k, uint64_t g)
 {
-    em__pg_shm *sh = pg->shm;
-    if (g >= sh->ring && !WAIT(c, g - sh->ring + 1))
-        return false;
-    char *buf = job->buf, *slot = ring(sh, pg->rank, g);
+    char *buf = job->buf, *slot = ring(pg->shm, pg->rank, g);
     for (int q = 0; q < pg->world; q++) {
         if (q == pg->rank)
             continue;
         int64_t lo = part_lo(G, k, q), hi = part_hi(G, k, q);
         memcpy(slot + (size_t)q * (size_t)G->pe * G->es, buf + (size_t)lo * G->es, (size_t)(hi - lo) * G->es);
     }
-    DONE(a, g + 1);
-    return true;
 }
 
-static bool phase_b(em_process_group *pg, em__pg_job *job, const geom *G, int64_t k, uint64_t g, double t0)
+/* B: part r over all ranks, in rank order, into my tensor and my slot */
+static void phase_b(em_process_group *pg, em__pg_job *job, const geom *G, int64_t k, uint64_t g)
 {
     em__pg_shm *sh = pg->shm;
     int r = pg->rank;
-    if (!WAIT(a, g + 1))
-        return false;
     int64_t lo = part_lo(G, k, r), hi = part_hi(G, k, r);
     size_t at = (size_t)r * (size_t)G->pe * G->es;
     char *mine = (char *)job->buf + (size_t)lo * G->es;
     for (int q = 0; q < pg->world; q++)
         sh->src[q] = q == r ? mine : ring(sh, q, g) + at;
     em__pg_reduce_into(mine, ring(sh, r, g) + at, sh->src, pg->world, hi - lo, job->dtype, job->red);
-    DONE(b, g + 1);
-    return true;
 }
 
-static bool phase_c(em_process_group *pg, em__pg_job *job, const geom *G, int64_t k, uint64_t g, double t0)
+/* C: the other reduced parts q, from rank q's slot */
+static void phase_c(em_process_group *pg, em__pg_job *job, const geom *G, int64_t k, uint64_t g)
 {
-    em__pg_shm *sh = pg->shm;
-    if (!WAIT(b, g + 1))
-        return false;
     char *buf = job->buf;
     for (int q = 0; q < pg->world; q++) {
         if (q == pg->rank)
             continue;
         int64_t lo = part_lo(G, k, q), hi = part_hi(G, k, q);
-        memcpy(buf + (size_t)lo * G->es, ring(sh, q, g) + (size_t)q * (size_t)G->pe * G->es, (size_t)(hi - lo) * G->es);
+        memcpy(buf + (size_t)lo * G->es, ring(pg->shm, q, g) + (size_t)q * (size_t)G->pe * G->es,
+               (size_t)(hi - lo) * G->es);
     }
-    DONE(c, g + 1);
-    return true;
 }
 
+/* A dataflow loop: do whichever phase of whichever step is ready, C before B
+ * before A (C frees ring slots for the peers, B unblocks their C). When the
+ * peers are running too this settles into B(g), A(g+1), C(g); when a peer is
+ * descheduled, this rank still gets ahead with A up to a ring's worth of
+ * steps instead of waiting. Nothing ready: spin briefly, then sleep on the
+ * bell of the peer that holds things up. */
 bool em__pg_shm_all_reduce(em_process_group *pg, em__pg_job *job, double t0)
 {
     em__pg_shm *sh = pg->shm;
     geom G;
     G.n = job->numel;
     G.es = em_dtype_size(job->dtype);
-    G.step = sh->step;
     G.pe = (int64_t)(sh->step / (size_t)pg->world / G.es);
     G.S = G.pe * pg->world;
-    int64_t steps = (G.n + G.S - 1) / G.S;
-    uint64_t g0 = sh->steps;
+    int64_t steps = (G.n + G.S - 1) / G.S, a = 0, b = 0, c = 0;   /* next local step of each phase */
+    uint64_t g0 = sh->steps, R = sh->ring;
     sh->steps += (uint64_t)steps;   /* every rank counts the same steps, even after a failure */
-    if (steps == 0)
-        return true;
-    if (!phase_a(pg, job, &G, 0, g0, t0))
-        return true;
-    for (int64_t k = 0; k < steps; k++) {
-        if (!phase_b(pg, job, &G, k, g0 + (uint64_t)k, t0))
+    double next_check = t0 + 0.25;
+    long idle = 0;
+    while (c < steps) {
+        int who_c = -1, who_b = -1, who_a = -1;
+        if (c < b && peers_min(pg, offsetof(shm_slot, b), &who_c) >= g0 + (uint64_t)c + 1) {
+            phase_c(pg, job, &G, c, g0 + (uint64_t)c);
+            c++;
+            DONE(c, g0 + (uint64_t)c);
+            idle = 0;
+            continue;
+        }
+        if (b < a && peers_min(pg, offsetof(shm_slot, a), &who_b) >= g0 + (uint64_t)b + 1) {
+            phase_b(pg, job, &G, b, g0 + (uint64_t)b);
+            b++;
+            DONE(b, g0 + (uint64_t)b);
+            idle = 0;
+            continue;
+        }
+        /* my slot for step g is free once every peer finished C(g - R) */
+        uint64_t ga = g0 + (uint64_t)a;
+        if (a < steps && (ga < R || peers_min(pg, offsetof(shm_slot, c), &who_a) >= ga - R + 1)) {
+            phase_a(pg, job, &G, a, ga);
+            a++;
+            DONE(a, g0 + (uint64_t)a);
+            idle = 0;
+            continue;
+        }
+        /* nothing is ready */
+        int q = who_c >= 0 ? who_c : who_b >= 0 ? who_b : who_a;
+        size_t which = who_c >= 0 ? offsetof(shm_slot, b) : who_b >= 0 ? offsetof(shm_slot, a) : offsetof(shm_slot, c);
+        uint64_t target = who_c >= 0 ? g0 + (uint64_t)c + 1 : who_b >= 0 ? g0 + (uint64_t)b + 1 : ga - R + 1;
+        double now = em__pg_now(), waited = now - t0;
+        if (waited > pg->timeout_s) {
+            char stage[96];
+            snprintf(stage, sizeof stage, "in the shared-memory all-reduce, waiting for rank %d", q);
+            em__pg_timeout(pg, job, stage);
             return true;
-        if (k + 1 < steps && !phase_a(pg, job, &G, k + 1, g0 + (uint64_t)k + 1, t0))
-            return true;
-        if (!phase_c(pg, job, &G, k, g0 + (uint64_t)k, t0))
-            return true;
+        }
+        if (now > next_check) {
+            char dead[96], what[160];
+            next_check = now + 0.25;
+            if (em__pg_shm_dead_peer(pg, dead, sizeof dead)) {
+                em__pg_job_fail(job, EM_ERR_COMM, "%s on rank %d of %d failed: %s exited during the shared-memory all-reduce",
+                                em__pg_job_str(job, what, sizeof what), pg->rank, pg->world, dead);
+                return true;
+            }
+        }
+        if (idle++ < 256)
+            em__pg_backoff(idle, 0);
+        else
+            sleep_on(pg, q, which, target);
     }
     return true;
 }

@@ -56,7 +56,7 @@
 typedef struct args {
     const char *train, *dev, *vocab, *model_dir, *output_dir;
     const char *text_a, *text_b, *label_col;
-    const char *mixed_precision;   /* NULL: env EMBER_MIXED_PRECISION, else bf16 (as the Python loop) */
+    const char *mixed_precision;   /* NULL: bf16, as the Python loop */
     int epochs, grad_accum, max_len, workers;
     int64_t batch_size, warmup;   /* warmup < 0: min(100, 10% of the optimizer steps) */
     double lr, weight_decay, min_accuracy, clip;
@@ -78,7 +78,7 @@ static void usage(FILE *f)
             "         or a small DistilBERT from scratch: --dim [64] --layers [2] --heads [4] --hidden [4*dim]\n"
             "  train: --epochs [3] --batch-size [16] --lr [2e-5 with --model-dir, else 1e-3]\n"
             "         --warmup STEPS [min(100, 10%% of the steps)] --weight-decay [0.01] --clip NORM [off]\n"
-            "         --mixed-precision no|bf16|fp16 [bf16; or EMBER_MIXED_PRECISION]\n"
+            "         --mixed-precision no|bf16|fp16 [bf16]\n"
             "         --grad-accum K [1; or EMBER_GRADIENT_ACCUMULATION_STEPS] --workers N [0] --seed [42]\n"
             "  out:   --output-dir DIR        save_pretrained + vocab.txt (main process)\n"
             "         --min-accuracy A        exit 1 when the final dev accuracy is below A\n");
@@ -300,9 +300,10 @@ int main(int argc, char **argv)
         else if (!strcmp(a.mixed_precision, "bf16")) mp = EM_MP_BF16;
         else if (!strcmp(a.mixed_precision, "fp16")) mp = EM_MP_FP16;
         else DIE("--mixed-precision must be no, bf16 or fp16");
-    } else if (getenv("EMBER_MIXED_PRECISION") && *getenv("EMBER_MIXED_PRECISION")) {
-        mp = EM_MP_DEFAULT;   /* `ember launch --mixed_precision ...` */
     }
+    /* As in Accelerate, the program's own choice wins over the launcher's
+     * EMBER_MIXED_PRECISION; a program that leaves .mixed_precision at
+     * EM_MP_DEFAULT follows `ember launch --mixed_precision` instead. */
     em_set_seed(a.seed);
 
     em_accelerator *accelerator = em_accelerator_new(&(em_accelerator_opts){

@@ -862,10 +862,12 @@ static Suite *make_suite(void)
     tcase_add_test(tc, test_automatic_naming_total_limit);
     tcase_add_test(tc, test_env_precedence);
     tcase_add_test(tc, test_no_leak_per_step);
-    tu_add_misuse_test(tc, test_misuse_unprepared_optimizer);
-    tu_add_misuse_test(tc, test_misuse_nested_accumulate);
-    tu_add_misuse_test(tc, test_misuse_unprepared_loader);
     suite_add_tcase(s, tc);
+    TCase *tm = tcase_create("misuse");
+    tu_add_misuse_test(tm, test_misuse_unprepared_optimizer);
+    tu_add_misuse_test(tm, test_misuse_nested_accumulate);
+    tu_add_misuse_test(tm, test_misuse_unprepared_loader);
+    suite_add_tcase(s, tm);
     return s;
 }
 

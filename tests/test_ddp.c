@@ -282,13 +282,13 @@ static int expected_buckets(const int64_t *bytes, int n, double first, double ca
 static void check_map(em_ddp *d, net *m, const int *walk, int n, double first_mb, double cap_mb, const char *when)
 {
     em_named_tensors ps = em_module_named_parameters(&m->base);
-    int64_t bytes[16], offs[16], numels[16], off = 0;
-    for (int i = 0; i < ps.n; i++) numels[i] = em_numel(ps.items[i].tensor), offs[i] = off, off += numels[i];
+    int64_t bytes[32], offs[32], numels[32], off = 0;
+    for (int i = 0; i < ps.n && i < 32; i++) numels[i] = em_numel(ps.items[i].tensor), offs[i] = off, off += numels[i];
     for (int i = 0; i < n; i++) bytes[i] = 4 * numels[walk[i]];
-    int counts[16];
+    int counts[32];
     int nb = expected_buckets(bytes, n, first_mb * 1048576, cap_mb * 1048576, counts);
-    em_ddp_bucket_info info[16];
-    int got = em_ddp_buckets(d, info, 16);
+    em_ddp_bucket_info info[32];
+    int got = em_ddp_buckets(d, info, 32);
     CHECK(got == nb, "%s: %d buckets, expected %d", when, got, nb);
     int pos = 0;
     for (int b = 0; b < got && b < nb; b++) {
@@ -356,6 +356,31 @@ static void inspect_one_bucket(em_ddp *d, net *m, int step)
     int64_t total = em_module_num_parameters(&m->base, true);
     CHECK(nb == 1 && info[0].offset == 0 && info[0].numel == total, "%d buckets (first %lld elements of %lld)", nb,
           nb ? (long long)info[0].numel : 0LL, (long long)total);
+}
+
+/* Default caps on ten 1024x1024 layers (4 MiB each): bucket 0 holds the last
+ * layer (>= 1 MiB), bucket 1 the next seven (>= 25 MiB), bucket 2 the rest. */
+static void test_default_caps(em_process_group *pg)
+{
+    net *m = calloc(1, sizeof *m);
+    em_module_init(&m->base, "Wide", NULL);
+    em_set_seed(5);
+    for (int i = 0; i < 10; i++) {
+        char name[8];
+        snprintf(name, sizeof name, "%d", i);
+        em_module_register_child(&m->base, name, (em_module *)em_nn_linear_new(1024, 1024, NULL));
+    }
+    em_ddp *d = NULL;
+    CHECK(em_ddp_new(&m->base, pg, NULL, &d) == EM_OK, "%s", em_last_error());
+    int reverse[20];
+    for (int i = 0; i < 20; i++) reverse[i] = 19 - i;
+    check_map(d, m, reverse, 20, 1.0, 25.0, "default caps");
+    em_ddp_bucket_info info[4];
+    CHECK(em_ddp_buckets(d, info, 4) == 3 && info[0].n_params == 2 && info[1].n_params == 14 && info[2].n_params == 4,
+          "default caps: %d buckets", em_ddp_buckets(d, info, 4));
+    em_ddp_free(d);
+    em_module_free(&m->base);
+    pass("default caps: 1 MiB first bucket, then 25 MiB, in reverse registration order");
 }
 
 /* ---- models that differ -------------------------------------------------------------------- */
@@ -464,6 +489,7 @@ int main(void)
          .steps = 3, .rows = 64},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) run_parity(pg, &cases[i]);
+    test_default_caps(pg);
     test_mismatch(pg);
     test_misuse(pg);
     test_free_unhooks(pg);

@@ -178,8 +178,8 @@ START_TEST(test_batch_broadcast)
         {4, {5, 1, 6, 7}, 4, {1, 4, 7, 3}},    /* both broadcast */
         {3, {1, 3, 4}, 3, {2, 4, 5}},
         {3, {64, 8, 8}, 3, {64, 8, 8}},        /* many small: batch-parallel */
-        {3, {96, 24, 16}, 4, {2, 1, 16, 24}},  /* batch-parallel with broadcast */
-        {3, {3, 70, 80}, 3, {3, 80, 90}},
+        {3, {24, 12, 8}, 4, {2, 1, 8, 12}},    /* batch-parallel with broadcast */
+        {3, {3, 40, 50}, 3, {3, 50, 60}},
     };
     int64_t live;
     FOR_DTYPES(dt) {

@@ -7,12 +7,15 @@ the same way (median after 2 warmup steps).
 
     /work/venv/bin/python bench/amp/amp_peer.py \
         [--ember BUILD/bench/amp/bench_amp] [--config A|B] [--steps N] [--no-matmul]
+        [--threads N] [--cpu-time]
 
-PyTorch runs tuned, as an expert would: 2 intra-op threads, 1 inter-op
-thread, OMP/MKL thread counts pinned to 2, jemalloc preloaded (LD_PRELOAD)
-when installed. With --ember, bench_amp runs first in the same environment,
-and the tables show ember/torch ratios (> 1: ember faster). Pinned: torch
-2.15.0, transformers 5.24.0.
+PyTorch runs tuned, as an expert would: 2 intra-op threads (--threads), 1
+inter-op thread, OMP/MKL thread counts pinned to the same, jemalloc
+preloaded (LD_PRELOAD) when installed. With --ember, bench_amp runs first
+with the same thread count (EM_NUM_THREADS), and the tables show ember/torch
+ratios (> 1: ember faster). --cpu-time times both with the process CPU
+clock: with --threads 1 on a shared, oversubscribed machine it measures the
+work instead of the wait for a core. Pinned: torch 2.15.0, transformers 5.24.0.
 """
 import argparse
 import json
@@ -25,16 +28,20 @@ CONFIGS = {  # dim, layers, heads, ffn, vocab, seq, batch
     "A": (768, 6, 12, 3072, 30522, 128, 8),
     "B": (256, 4, 4, 1024, 30522, 64, 32),
 }
-SHAPES = [  # name, batch, m, n, k, a stored transposed, b stored transposed (as amp_bench.c)
-    ("qkv/out x W^T   [1024,768]x[768,768]", 1, 1024, 768, 768, False, True),
-    ("ffn1 x W^T      [1024,768]x[768,3072]", 1, 1024, 3072, 768, False, True),
-    ("ffn2 x W^T      [1024,3072]x[3072,768]", 1, 1024, 768, 3072, False, True),
-    ("ffn2 dX = dY W  [1024,768]x[768,3072]", 1, 1024, 3072, 768, False, False),
-    ("ffn1 dW = dY^T X [3072,1024]x[1024,768]", 1, 3072, 768, 1024, True, False),
-    ("attn q k^T      96x[128,64]x[64,128]", 96, 128, 128, 64, False, True),
-    ("attn p v        96x[128,128]x[128,64]", 96, 128, 64, 128, False, False),
+SHAPES = [  # key (as amp_bench.c's), batch, m, n, k, a stored transposed, b stored transposed
+    ("qkv", 1, 1024, 768, 768, False, True),
+    ("ffn1", 1, 1024, 3072, 768, False, True),
+    ("ffn2", 1, 1024, 768, 3072, False, True),
+    ("ffn2_dx", 1, 1024, 3072, 768, False, False),
+    ("ffn1_dw", 1, 3072, 768, 1024, True, False),
+    ("attn_qk", 96, 128, 128, 64, False, True),
+    ("attn_pv", 96, 128, 64, 128, False, False),
 ]
 JEMALLOC = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
+
+
+THREADS = int(os.environ.get("AMP_PEER_THREADS", "2"))
+CLOCK = time.process_time if os.environ.get("AMP_PEER_CPU_TIME") == "1" else time.perf_counter
 
 
 def setup_torch():
@@ -43,7 +50,7 @@ def setup_torch():
 
     assert torch.__version__.split("+")[0] == "2.15.0", torch.__version__
     assert transformers.__version__ == "5.24.0", transformers.__version__
-    torch.set_num_threads(2)
+    torch.set_num_threads(THREADS)
     try:
         torch.set_num_interop_threads(1)
     except RuntimeError:
@@ -57,9 +64,9 @@ def median_time(fn, min_reps=5, max_reps=15, budget=1.0):
     t = []
     total = 0.0
     while len(t) < max_reps and (len(t) < min_reps or total < budget):
-        t0 = time.perf_counter()
+        t0 = CLOCK()
         fn()
-        t.append(time.perf_counter() - t0)
+        t.append(CLOCK() - t0)
         total += t[-1]
     t.sort()
     return t[len(t) // 2]
@@ -109,7 +116,7 @@ def child_train(name, steps, bf16):
 
 
 def run_child(args):
-    env = dict(os.environ, OMP_NUM_THREADS="2", MKL_NUM_THREADS="2")
+    env = dict(os.environ, OMP_NUM_THREADS=str(THREADS), MKL_NUM_THREADS=str(THREADS))
     if os.path.exists(JEMALLOC):
         env["LD_PRELOAD"] = JEMALLOC
     out = subprocess.run([sys.executable, __file__] + args, env=env, check=True, capture_output=True, text=True)
@@ -121,10 +128,13 @@ def run_ember(path, names, steps, matmul):
     args = [path, "--csv", "--steps", str(steps)] + (["--matmul"] if matmul else []) + (["--train"] if names else [])
     if names and len(names) == 1:
         args += ["--config", names[0]]
-    text = subprocess.run(args, check=True, capture_output=True, text=True).stdout
+    if CLOCK is time.process_time:
+        args.append("--cpu-time")
+    env = dict(os.environ, EM_NUM_THREADS=str(THREADS))
+    text = subprocess.run(args, env=env, check=True, capture_output=True, text=True).stdout
     for line in text.splitlines():
         f = line.split(",")
-        if f[0] == "matmul" and f[1] not in ("shape",) and f[2]:
+        if f[0] == "matmul" and f[1] not in ("shape", "all"):
             mm[f[1]] = (float(f[2]), float(f[3]))
         elif f[0] == "train" and f[1] != "config":
             tr[f[1]] = (float(f[2]), float(f[3]))
@@ -137,6 +147,8 @@ def main():
     ap.add_argument("--config", choices=list(CONFIGS))
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--no-matmul", action="store_true")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--cpu-time", action="store_true")
     ap.add_argument("--child-matmul", action="store_true")
     ap.add_argument("--child-train")
     ap.add_argument("--bf16", action="store_true")
@@ -146,18 +158,24 @@ def main():
     if a.child_train:
         return child_train(a.child_train, a.steps, a.bf16)
 
+    # children and bench_amp read these
+    os.environ["AMP_PEER_THREADS"] = str(a.threads)
+    os.environ["AMP_PEER_CPU_TIME"] = "1" if a.cpu_time else "0"
+    global THREADS, CLOCK
+    THREADS = a.threads
+    CLOCK = time.process_time if a.cpu_time else time.perf_counter
     names = [a.config] if a.config else list(CONFIGS)
-    print(f"amp_peer: 2 threads, jemalloc {'preloaded' if os.path.exists(JEMALLOC) else 'not installed'}, "
+    print(f"amp_peer: {THREADS} threads, {'process CPU' if a.cpu_time else 'wall'} time, jemalloc {'preloaded' if os.path.exists(JEMALLOC) else 'not installed'}, "
           f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')}")
     em_mm, em_tr = run_ember(a.ember, names, a.steps, not a.no_matmul) if a.ember else ({}, {})
     if not a.no_matmul:
         pt = run_child(["--child-matmul"])
-        print(f"\n{'matmul GFLOP/s':42s} {'torch f32':>9s} {'torch bf16':>10s} {'ember f32':>9s} {'ember bf16':>10s}"
+        print(f"\n{'matmul GFLOP/s':14s} {'torch f32':>9s} {'torch bf16':>10s} {'ember f32':>9s} {'ember bf16':>10s}"
               f" {'em bf16/f32':>11s} {'em/torch bf16':>13s}")
         for name, *_ in SHAPES:
             t32, t16 = pt[name]
             e32, e16 = em_mm.get(name, (float("nan"), float("nan")))
-            print(f"{name:42s} {t32:9.1f} {t16:10.1f} {e32:9.1f} {e16:10.1f} {e16 / e32:10.2f}x {e16 / t16:12.2f}x")
+            print(f"{name:14s} {t32:9.1f} {t16:10.1f} {e32:9.1f} {e16:10.1f} {e16 / e32:10.2f}x {e16 / t16:12.2f}x")
     print(f"\n{'train step ms':14s} {'torch f32':>9s} {'torch bf16':>10s} {'ember f32':>9s} {'ember bf16':>10s}"
           f" {'em bf16 speedup':>15s} {'em/torch bf16':>13s}")
     for name in names:

@@ -16,6 +16,7 @@
  * (each config runs in its own child process, so peaks do not mix).
  *
  * Usage: bench_train_step [--config A|B|C] [--steps N] [--csv]
+ * Threads: 2 (the peer's count) unless EM_NUM_THREADS or OMP_NUM_THREADS is set.
  * bench/train_step/torch_peer.py runs the same step with transformers and,
  * given --ember, this program too, in the same environment.
  */
@@ -156,6 +157,8 @@ int main(int argc, char **argv)
         }
     }
     if (steps < 1) steps = 1;
+    /* 2 threads, as the peer, unless the environment says otherwise */
+    if (!getenv("EM_NUM_THREADS") && !getenv("OMP_NUM_THREADS")) em_set_num_threads(2);
     if (csv)
         printf("info,threads,%d\ninfo,steps,%d\ntrain_step,config,ms_step,tokens_s,fwd_ms,bwd_ms,opt_ms,peak_rss_mib,"
                "peak_tensor_mib,params,loss\n", em_num_threads(), steps);

@@ -17,11 +17,17 @@
 #ifndef EMBER_CUDA_API_H
 #define EMBER_CUDA_API_H
 
-#include "tensor/tensor_internal.h"
-
 #ifdef __cplusplus
+/* tensor_internal.h has no C++ guard: give its declarations C linkage here
+ * (its system headers first, outside the block). */
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
 extern "C" {
 #endif
+#include "tensor/tensor_internal.h"
 
 #define EM_CUDA_MAX_DEVICES 16
 

@@ -1,0 +1,1010 @@
+/* The `cuda` suite: every kernel op on CUDA against the CPU (DESIGN.md §2
+ * "Devices and dispatch"), plus the CUDA runtime (caching allocator,
+ * copies, errors). Exits 77 (skipped) when no GPU is registered.
+ *
+ * The op-table loop: every kernel op of tensor/ops.h has a row below (a
+ * missing row fails the run). A row's case builds its inputs on the CPU from
+ * a seed (so both devices see the same values), moves them to the device,
+ * runs the op through the public API and returns its outputs. Each case runs
+ * for every dtype the row lists and for several layouts (contiguous,
+ * broadcast, transposed/narrowed views, a long row), once on the CPU and once
+ * on cuda:0; the CUDA outputs are compared with the CPU's:
+ *   |cuda - cpu| <= tol * (|cpu| + max|cpu|) elementwise, NaN/inf matching,
+ *   tol: f32 1e-5, TF32 5e-4, f16/bf16 1e-2, f64 1e-10; 0 (bit-identical)
+ *   for rows marked exact (copies, indexing, comparisons, extremes, and the
+ *   Philox ops RAND, BERNOULLI, DROPOUT), integer and bool outputs always exact.
+ * Before each CUDA run the allocator's cache is filled with NaN-poisoned
+ * blocks, so an output element a kernel forgets to write shows up.
+ *
+ * This program does not use Check: Check forks each test, and a CUDA context
+ * does not survive fork().
+ *
+ * EMBER_CUDA_BENCH=1 also times a few kernels (median of 5 runs after a
+ * warm-up; wall clock around em_backend.synchronize) for tools/gpu-check.
+ * EMBER_CUDA_SELFTEST=1 runs the op loop with the CPU in the place of the
+ * GPU (checks the harness itself on a machine without one).
+ */
+#include "ember.h"
+#include "tensor/op_grad.h"
+#include "tensor/op_nn.h"
+#include "tensor/tensor_internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static em_device gpu;          /* cuda:0, or the CPU in self-test mode */
+static int failures, checks;
+
+/* ---- inputs -------------------------------------------------------------------- */
+typedef struct ctx {
+    em_device dev;
+    em_dtype dt;
+    int variant;
+    uint64_t seed;
+    double tol;   /* set by a case to override the dtype's tolerance (TF32) */
+} ctx;
+
+static uint64_t splitmix(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* A tensor of dt on c->dev with U[lo, hi) values (integers: floor; bool: upper half). */
+static em_tensor *gen_dt(ctx *c, em_dtype dt, int nd, const int64_t *shape, double lo, double hi)
+{
+    int64_t n = 1;
+    for (int d = 0; d < nd; d++) n *= shape[d];
+    double *v = malloc(sizeof(double) * (size_t)(n ? n : 1));
+    uint64_t s = 0x1234567ull + 977 * c->seed++;
+    for (int64_t i = 0; i < n; i++) {
+        double u = lo + (hi - lo) * ((double)(splitmix(&s) >> 11) / 9007199254740992.0);
+        if (dt == EM_I64 || dt == EM_I32) u = floor(u);
+        if (dt == EM_BOOL) u = u >= (lo + hi) / 2;
+        v[i] = u;
+    }
+    em_tensor *h = em_from_data(v, nd, shape, EM_F64);
+    free(v);
+    return em_to(em_to_dtype(h, dt), c->dev);
+}
+static em_tensor *gen(ctx *c, int nd, const int64_t *shape, double lo, double hi)
+{
+    return gen_dt(c, c->dt, nd, shape, lo, hi);
+}
+/* Ids in [0, V) of the given dtype (i64 or i32). */
+static em_tensor *ids(ctx *c, em_dtype dt, int nd, const int64_t *shape, int64_t V)
+{
+    return gen_dt(c, dt, nd, shape, 0, (double)V);
+}
+static bool is_int(em_dtype dt) { return dt == EM_I64 || dt == EM_I32 || dt == EM_BOOL; }
+
+typedef int (*case_fn)(ctx *c, em_tensor **out);   /* #outputs; 0: no such variant */
+
+/* ---- cases: creation and copy --------------------------------------------------------- */
+static int c_fill(ctx *c, em_tensor **o)
+{
+    if (c->variant == 0) {
+        o[0] = em_full(EM_SHAPE(3, 1029), 2.5, c->dt, c->dev);
+        return 1;
+    }
+    if (c->variant == 1) {   /* a strided view, and zeros (memset path) */
+        em_tensor *z = em_full(EM_SHAPE(7, 9), 1.0, c->dt, c->dev);
+        em_fill_(em_narrow(em_transpose(z, 0, 1), 0, 2, 5), is_int(c->dt) ? -3 : -0.75);
+        o[0] = z;
+        o[1] = em_zeros(EM_SHAPE(4, 5), c->dt, c->dev);
+        return 2;
+    }
+    return 0;
+}
+
+static int c_arange(ctx *c, em_tensor **o)
+{
+    if (c->variant > 0) return 0;
+    o[0] = is_int(c->dt) ? em_arange(-5, 300, 3, c->dt, c->dev) : em_arange(-2, 7, 0.25, c->dt, c->dev);
+    return 1;
+}
+
+static int c_eye(ctx *c, em_tensor **o)
+{
+    if (c->variant > 0) return 0;
+    o[0] = em_eye(5, 7, c->dt, c->dev);
+    o[1] = em_eye(6, 3, c->dt, c->dev);
+    return 2;
+}
+
+static int c_copy(ctx *c, em_tensor **o)
+{
+    static const em_dtype all[] = {EM_F32, EM_F64, EM_F16, EM_BF16, EM_I64, EM_I32, EM_BOOL};
+    if (c->variant > 2) return 0;
+    em_tensor *x = gen(c, EM_SHAPE(13, 17), -70, 70);
+    if (c->variant == 1) x = em_transpose(x, 0, 1);
+    if (c->variant == 2) x = em_narrow(em_transpose(gen(c, EM_SHAPE(19, 13), -70, 70), 0, 1), 1, 2, 15);
+    for (int j = 0; j < 3; j++) o[j] = em_to_dtype(x, all[(3 * c->variant + j) % 7]);   /* every target over 3 variants */
+    o[3] = em_contiguous(x);
+    return 4;
+}
+
+/* ---- elementwise ---------------------------------------------------------------------- */
+typedef em_tensor *(*bin_fn)(em_tensor *, em_tensor *);
+
+static int binary(ctx *c, em_tensor **o, bin_fn fn, double lo, double hi, double blo, double bhi)
+{
+    em_tensor *a, *b;
+    switch (c->variant) {
+    case 0: a = gen(c, EM_SHAPE(37, 53), lo, hi); b = gen(c, EM_SHAPE(37, 53), blo, bhi); break;
+    case 1: a = gen(c, EM_SHAPE(4, 1, 6), lo, hi); b = gen(c, EM_SHAPE(5, 1), blo, bhi); break;
+    case 2:
+        a = em_transpose(gen(c, EM_SHAPE(53, 37), lo, hi), 0, 1);
+        b = em_narrow(gen(c, EM_SHAPE(37, 60), blo, bhi), 1, 3, 53);
+        break;
+    case 3: a = gen(c, EM_SHAPE(4099), lo, hi); b = gen(c, 0, NULL, blo, bhi); break;   /* vector path + tail, scalar b */
+    case 4: a = gen(c, 0, NULL, lo, hi); b = gen(c, EM_SHAPE(3, 1000), blo, bhi); break;
+    default: return 0;
+    }
+    o[0] = fn(a, b);
+    return 1;
+}
+
+static int c_add(ctx *c, em_tensor **o) { return binary(c, o, em_add, -50, 50, -50, 50); }
+static int c_sub(ctx *c, em_tensor **o) { return binary(c, o, em_sub, -50, 50, -50, 50); }
+static int c_mul(ctx *c, em_tensor **o) { return binary(c, o, em_mul, -50, 50, -50, 50); }
+static int c_div(ctx *c, em_tensor **o) { return binary(c, o, em_div, -5, 5, 0.5, 4); }
+static int c_maximum(ctx *c, em_tensor **o) { return binary(c, o, em_maximum, -5, 5, -5, 5); }
+static int c_minimum(ctx *c, em_tensor **o) { return binary(c, o, em_minimum, -5, 5, -5, 5); }
+static int c_pow(ctx *c, em_tensor **o)
+{
+    if (is_int(c->dt)) return binary(c, o, em_pow, -4, 5, 0, 4);
+    if (c->variant == 5 || c->variant == 6) {   /* the one-element exponent shortcuts */
+        em_tensor *a = gen(c, EM_SHAPE(1000), 0.25, 3);
+        o[0] = em_pow_scalar(a, c->variant == 5 ? 2.0 : 0.5);
+        o[1] = em_pow_scalar(a, c->variant == 5 ? -1.0 : 3.0);
+        o[2] = em_pow_scalar(a, c->variant == 5 ? -0.5 : 1.7);
+        return 3;
+    }
+    return binary(c, o, em_pow, 0.25, 3, -2, 2);
+}
+/* comparisons: values from a small set, so that ties occur */
+static int c_eq(ctx *c, em_tensor **o) { return binary(c, o, em_eq, -2, 3, -2, 3); }
+static int c_ne(ctx *c, em_tensor **o) { return binary(c, o, em_ne, -2, 3, -2, 3); }
+static int c_lt(ctx *c, em_tensor **o) { return binary(c, o, em_lt, -2, 3, -2, 3); }
+static int c_le(ctx *c, em_tensor **o) { return binary(c, o, em_le, -2, 3, -2, 3); }
+static int c_gt(ctx *c, em_tensor **o) { return binary(c, o, em_gt, -2, 3, -2, 3); }
+static int c_ge(ctx *c, em_tensor **o) { return binary(c, o, em_ge, -2, 3, -2, 3); }
+
+typedef em_tensor *(*un_fn)(em_tensor *);
+static int unary(ctx *c, em_tensor **o, un_fn fn, double lo, double hi)
+{
+    em_tensor *a;
+    switch (c->variant) {
+    case 0: a = gen(c, EM_SHAPE(33, 65), lo, hi); break;
+    case 1: a = em_transpose(gen(c, EM_SHAPE(65, 33), lo, hi), 0, 1); break;
+    case 2: a = gen(c, EM_SHAPE(10007), lo, hi); break;
+    default: return 0;
+    }
+    o[0] = fn(a);
+    return 1;
+}
+static int c_neg(ctx *c, em_tensor **o) { return unary(c, o, em_neg, -9, 9); }
+static int c_abs(ctx *c, em_tensor **o) { return unary(c, o, em_abs, -9, 9); }
+static int c_relu(ctx *c, em_tensor **o) { return unary(c, o, em_relu, -9, 9); }
+static int c_exp(ctx *c, em_tensor **o) { return unary(c, o, em_exp, -8, 8); }
+static int c_log(ctx *c, em_tensor **o) { return unary(c, o, em_log, 0.01, 100); }
+static int c_sqrt(ctx *c, em_tensor **o) { return unary(c, o, em_sqrt, 0, 100); }
+static int c_rsqrt(ctx *c, em_tensor **o) { return unary(c, o, em_rsqrt, 0.01, 100); }
+static int c_tanh(ctx *c, em_tensor **o) { return unary(c, o, em_tanh, -5, 5); }
+static int c_sigmoid(ctx *c, em_tensor **o) { return unary(c, o, em_sigmoid, -12, 12); }
+static int c_gelu(ctx *c, em_tensor **o) { return unary(c, o, em_gelu, -6, 6); }
+static int c_gelu_tanh(ctx *c, em_tensor **o) { return unary(c, o, em_gelu_tanh, -6, 6); }
+static int c_sin(ctx *c, em_tensor **o) { return unary(c, o, em_sin, -6, 6); }
+static int c_cos(ctx *c, em_tensor **o) { return unary(c, o, em_cos, -6, 6); }
+
+static int c_where(ctx *c, em_tensor **o)
+{
+    if (c->variant > 1) return 0;
+    em_tensor *cond = gen_dt(c, EM_BOOL, c->variant ? 2 : 2, c->variant ? (int64_t[]){1, 40} : (int64_t[]){30, 40}, 0, 1);
+    em_tensor *x = gen(c, EM_SHAPE(30, 40), -9, 9);
+    em_tensor *y = c->variant ? em_transpose(gen(c, EM_SHAPE(40, 30), -9, 9), 0, 1) : gen(c, EM_SHAPE(30, 1), -9, 9);
+    o[0] = em_where(cond, x, y);
+    return 1;
+}
+
+static int c_masked_fill(ctx *c, em_tensor **o)
+{
+    if (c->variant > 1) return 0;
+    em_tensor *x = c->variant ? em_transpose(gen(c, EM_SHAPE(40, 30), -9, 9), 0, 1) : gen(c, EM_SHAPE(30, 40), -9, 9);
+    em_tensor *m = gen_dt(c, EM_BOOL, EM_SHAPE(1, 40), 0, 1);
+    o[0] = em_masked_fill(x, m, c->dt == EM_BOOL ? 1 : -7);
+    return 1;
+}
+
+/* ---- reductions ---------------------------------------------------------------------------- */
+/* The input of reduction variant v: contiguous, transposed, long rows, a tall column. */
+static em_tensor *red_input(ctx *c, double lo, double hi)
+{
+    switch (c->variant) {
+    case 0: case 1: case 2: return gen(c, EM_SHAPE(6, 7, 45), lo, hi);
+    case 3: return em_transpose(gen(c, EM_SHAPE(45, 7, 6), lo, hi), 0, 2);
+    case 4: return gen(c, EM_SHAPE(3, 70001), lo, hi);
+    case 5: return gen(c, EM_SHAPE(40000, 9), lo, hi);
+    case 6: return gen(c, EM_SHAPE(2, 0, 5), lo, hi);
+    default: return NULL;
+    }
+}
+static const int *red_dims(int v, int *n)
+{
+    static const int d0[] = {2}, d1[] = {0}, d2[] = {0, 2}, d4[] = {1}, d5[] = {0};
+    switch (v) {
+    case 0: *n = 1; return d0;
+    case 1: *n = 1; return d1;
+    case 2: *n = 0; return NULL;   /* all dims */
+    case 3: *n = 2; return d2;
+    case 4: *n = 1; return d4;
+    case 5: *n = 1; return d5;
+    default: *n = 1; return d4;
+    }
+}
+
+static int c_sum(ctx *c, em_tensor **o)
+{
+    em_tensor *x = red_input(c, -3, 3);
+    if (!x) return 0;
+    int n;
+    const int *d = red_dims(c->variant, &n);
+    o[0] = em_sum(x, n, d, false);
+    return 1;
+}
+static int c_mean(ctx *c, em_tensor **o)
+{
+    em_tensor *x = red_input(c, -3, 3);
+    if (!x) return 0;
+    int n;
+    const int *d = red_dims(c->variant, &n);
+    o[0] = em_mean(x, n, d, true);
+    return 1;
+}
+static int c_var(ctx *c, em_tensor **o)
+{
+    em_tensor *x = red_input(c, 100, 103);   /* an offset: the two-pass variance keeps its accuracy */
+    if (!x) return 0;
+    int n;
+    const int *d = red_dims(c->variant, &n);
+    o[0] = em_var(x, n, d, 1, false);
+    o[1] = em_var(x, n, d, 0, false);
+    return 2;
+}
+static int c_logsumexp(ctx *c, em_tensor **o)
+{
+    em_tensor *x = red_input(c, -20, 20);
+    if (!x) return 0;
+    int n;
+    const int *d = red_dims(c->variant, &n);
+    o[0] = em_logsumexp(x, n, d, false);
+    return 1;
+}
+static int c_norm(ctx *c, em_tensor **o)
+{
+    em_tensor *x = red_input(c, -3, 3);
+    if (!x) return 0;
+    int n;
+    const int *d = red_dims(c->variant, &n);
+    o[0] = em_norm(x, 2, n, d, false);
+    o[1] = em_norm(x, 1, n, d, false);
+    o[2] = em_norm(x, INFINITY, n, d, false);
+    o[3] = em_norm(x, 3, n, d, false);
+    return 4;
+}
+static int extreme(ctx *c, em_tensor **o, em_op op)
+{
+    if (c->variant == 6) return 0;   /* a zero-size dim is misuse for extremes */
+    em_tensor *x = red_input(c, -4, 4);
+    if (!x) return 0;
+    int dim = c->variant == 1 || c->variant == 5 ? 0 : c->variant == 3 ? 1 : c->variant == 4 ? 1 : 2;
+    if (c->variant == 2) {
+        o[0] = op == EM_OP_MIN ? em_min_all(x) : em_max_all(x);
+        return 1;
+    }
+    if (op == EM_OP_ARGMAX) {
+        o[0] = em_argmax(x, dim, false);
+        return 1;
+    }
+    em_tensor *idx = NULL;
+    o[0] = op == EM_OP_MAX ? em_max(x, dim, true, &idx) : em_min(x, dim, false, &idx);
+    o[1] = idx;
+    return 2;
+}
+static int c_max(ctx *c, em_tensor **o) { return extreme(c, o, EM_OP_MAX); }
+static int c_min(ctx *c, em_tensor **o) { return extreme(c, o, EM_OP_MIN); }
+static int c_argmax(ctx *c, em_tensor **o) { return extreme(c, o, EM_OP_ARGMAX); }
+
+/* ---- matmul ------------------------------------------------------------------------------------ */
+static int c_matmul(ctx *c, em_tensor **o)
+{
+    em_tensor *a, *b;
+    switch (c->variant) {
+    case 0: a = gen(c, EM_SHAPE(33, 70), -1, 1); b = gen(c, EM_SHAPE(70, 21), -1, 1); break;
+    case 1: a = gen(c, EM_SHAPE(3, 17, 40), -1, 1); b = gen(c, EM_SHAPE(40, 25), -1, 1); break;   /* folded batch */
+    case 2: a = gen(c, EM_SHAPE(2, 3, 9, 40), -1, 1); b = gen(c, EM_SHAPE(3, 40, 11), -1, 1); break;   /* broadcast batch */
+    case 3:   /* transposed operands, batched */
+        a = em_transpose(gen(c, EM_SHAPE(4, 40, 9), -1, 1), 1, 2);
+        b = em_transpose(gen(c, EM_SHAPE(4, 13, 40), -1, 1), 1, 2);
+        break;
+    case 4:   /* vectors, a K of 0, and a non-GEMM-ready operand */
+        o[0] = em_matmul(gen(c, EM_SHAPE(40), -1, 1), gen(c, EM_SHAPE(40), -1, 1));
+        o[1] = em_matmul(gen(c, EM_SHAPE(5, 0), -1, 1), gen(c, EM_SHAPE(0, 3), -1, 1));
+        o[2] = em_matmul(em_narrow(em_transpose(gen(c, EM_SHAPE(8, 4, 12), -1, 1), 0, 2), 0, 1, 7),
+                         gen(c, EM_SHAPE(8, 6), -1, 1));
+        return 3;
+    case 5:   /* TF32 */
+        if (c->dt != EM_F32) return 0;
+        em_set_float32_matmul_precision("high");
+        o[0] = em_matmul(gen(c, EM_SHAPE(64, 256), -1, 1), gen(c, EM_SHAPE(256, 48), -1, 1));
+        em_set_float32_matmul_precision("highest");
+        c->tol = 5e-4;
+        return 1;
+    default: return 0;
+    }
+    o[0] = em_matmul(a, b);
+    return 1;
+}
+
+/* ---- nn ------------------------------------------------------------------------------------------ */
+static em_tensor *sm_input(ctx *c, int *dim)
+{
+    switch (c->variant) {
+    case 0: *dim = -1; return gen(c, EM_SHAPE(7, 129), -6, 6);
+    case 1: *dim = 0; return gen(c, EM_SHAPE(33, 21), -6, 6);   /* one thread per row */
+    case 2: *dim = 1; return em_transpose(gen(c, EM_SHAPE(3000, 3), -6, 6), 0, 1);   /* long rows */
+    case 3: *dim = -1; return gen(c, EM_SHAPE(50, 5), -6, 6);
+    default: return NULL;
+    }
+}
+static int c_softmax(ctx *c, em_tensor **o)
+{
+    int dim;
+    em_tensor *x = sm_input(c, &dim);
+    if (!x) return 0;
+    o[0] = em_softmax(x, dim);
+    return 1;
+}
+static int c_log_softmax(ctx *c, em_tensor **o)
+{
+    int dim;
+    em_tensor *x = sm_input(c, &dim);
+    if (!x) return 0;
+    o[0] = em_log_softmax(x, dim);
+    return 1;
+}
+static int softmax_bwd(ctx *c, em_tensor **o, bool log)
+{
+    int dim;
+    em_tensor *x = sm_input(c, &dim);
+    if (!x) return 0;
+    em_tensor *y = log ? em_log_softmax(x, dim) : em_softmax(x, dim);
+    em_tensor *dy = gen(c, x->ndim, x->shape, -1, 1);
+    if (c->variant == 2) dy = em_transpose(gen(c, EM_SHAPE(3000, 3), -1, 1), 0, 1);
+    o[0] = em__softmax_backward(y, dy, dim, log);
+    return 1;
+}
+static int c_softmax_bwd(ctx *c, em_tensor **o) { return softmax_bwd(c, o, false); }
+static int c_log_softmax_bwd(ctx *c, em_tensor **o) { return softmax_bwd(c, o, true); }
+
+static int gelu_bwd(ctx *c, em_tensor **o, bool tanh_approx)
+{
+    if (c->variant > 1) return 0;
+    em_tensor *x = gen(c, EM_SHAPE(31, 40), -6, 6), *dy = gen(c, EM_SHAPE(31, 40), -1, 1);
+    if (c->variant) x = em_transpose(gen(c, EM_SHAPE(40, 31), -6, 6), 0, 1);
+    o[0] = em__gelu_backward(x, dy, tanh_approx);
+    return 1;
+}
+static int c_gelu_bwd(ctx *c, em_tensor **o) { return gelu_bwd(c, o, false); }
+static int c_gelu_tanh_bwd(ctx *c, em_tensor **o) { return gelu_bwd(c, o, true); }
+
+static int c_layer_norm(ctx *c, em_tensor **o)
+{
+    if (c->variant > 2) return 0;
+    int64_t D = c->variant == 2 ? 1030 : 33;
+    em_tensor *x = gen(c, EM_SHAPE(2, 6, D), 5, 9);
+    em_tensor *w = c->variant == 1 ? NULL : gen(c, 1, &D, 0.5, 1.5);
+    em_tensor *b = c->variant == 1 ? NULL : gen(c, 1, &D, -1, 1);
+    em_tensor *mean = NULL, *rstd = NULL;
+    o[0] = em_layer_norm(x, w, b, 1e-5, &mean, &rstd);
+    o[1] = mean;
+    o[2] = rstd;
+    return 3;
+}
+static int c_layer_norm_bwd(ctx *c, em_tensor **o)
+{
+    if (c->variant > 2) return 0;
+    int64_t D = c->variant == 2 ? 1030 : 33, R = c->variant == 2 ? 300 : 12;
+    em_tensor *x = gen(c, EM_SHAPE(R, D), -2, 2);
+    em_tensor *w = c->variant == 1 ? NULL : gen(c, 1, &D, 0.5, 1.5);
+    em_tensor *mean = NULL, *rstd = NULL;
+    em_layer_norm(x, w, NULL, 1e-5, &mean, &rstd);
+    em_tensor *dy = c->variant == 1 ? em_transpose(gen(c, EM_SHAPE(D, R), -1, 1), 0, 1) : gen(c, EM_SHAPE(R, D), -1, 1);
+    em_tensor *dw = NULL, *db = NULL;
+    o[0] = em_layer_norm_backward(dy, x, mean, rstd, w, &dw, &db);
+    o[1] = dw;
+    o[2] = db;
+    return 3;
+}
+
+static int c_embedding(ctx *c, em_tensor **o)
+{
+    if (c->variant > 1) return 0;
+    em_tensor *w = gen(c, EM_SHAPE(11, 37), -3, 3);
+    if (c->variant) w = em_transpose(gen(c, EM_SHAPE(37, 11), -3, 3), 0, 1);
+    o[0] = em_embedding(w, ids(c, EM_I64, EM_SHAPE(3, 5), 11));
+    o[1] = em_embedding(w, ids(c, EM_I32, EM_SHAPE(9), 11));
+    return 2;
+}
+static int c_embedding_bwd(ctx *c, em_tensor **o)
+{
+    if (c->variant > 1) return 0;
+    em_tensor *id = ids(c, c->variant ? EM_I32 : EM_I64, EM_SHAPE(4, 50), 13);   /* many repeats */
+    em_tensor *dy = gen(c, EM_SHAPE(4, 50, 70), -1, 1);
+    o[0] = em_embedding_backward(dy, id, 13, -1);
+    o[1] = em_embedding_backward(dy, id, 15, 2);
+    return 2;
+}
+
+static int c_dropout(ctx *c, em_tensor **o)
+{
+    if (c->variant > 2) return 0;
+    em_tensor *x = gen(c, EM_SHAPE(7, 1001), -3, 3);
+    if (c->variant == 1) x = em_transpose(gen(c, EM_SHAPE(1001, 7), -3, 3), 0, 1);
+    double p = c->variant == 2 ? 0.0 : 0.3;
+    em_tensor *mask = NULL;
+    o[0] = em_dropout(x, p, 0x5eed, 77, &mask);
+    o[1] = mask;
+    if (c->variant == 2) {
+        o[2] = em_dropout(x, 1.0, 1, 2, NULL);
+        return 3;
+    }
+    return 2;
+}
+
+static int c_cross_entropy(ctx *c, em_tensor **o)
+{
+    if (c->variant > 2) return 0;
+    int64_t N = c->variant == 2 ? 9 : 24, C = c->variant == 2 ? 5000 : 10;
+    em_tensor *x = gen(c, EM_SHAPE(N, C), -5, 5);
+    if (c->variant == 1) x = em_transpose(gen(c, EM_SHAPE(C, N), -5, 5), 0, 1);
+    em_tensor *t = ids(c, EM_I64, 1, &N, (double)C);
+    o[0] = em_cross_entropy(x, t, 3, EM_REDUCE_MEAN);   /* rows with target 3 ignored */
+    o[1] = em_cross_entropy(x, t, -100, EM_REDUCE_SUM);
+    o[2] = em_cross_entropy(x, t, -100, EM_REDUCE_NONE);
+    return 3;
+}
+static int c_cross_entropy_bwd(ctx *c, em_tensor **o)
+{
+    if (c->variant > 2) return 0;
+    int64_t N = 24, C = c->variant == 2 ? 3000 : 10;
+    em_tensor *x = gen(c, EM_SHAPE(N, C), -5, 5);
+    em_tensor *t = ids(c, EM_I64, 1, &N, (double)C);
+    o[0] = em_cross_entropy_backward(gen(c, 0, NULL, 0.5, 2), x, t, 3, EM_REDUCE_MEAN);
+    o[1] = em_cross_entropy_backward(gen(c, 0, NULL, 0.5, 2), x, t, -100, EM_REDUCE_SUM);
+    o[2] = em_cross_entropy_backward(gen(c, 1, &N, -1, 1), x, t, 5, EM_REDUCE_NONE);
+    return 3;
+}
+
+/* ---- indexing ---------------------------------------------------------------------------------------- */
+static int c_cat(ctx *c, em_tensor **o)
+{
+    if (c->variant > 0) return 0;
+    em_tensor *ts[3] = {gen(c, EM_SHAPE(4, 3, 5), -9, 9), em_transpose(gen(c, EM_SHAPE(5, 7, 4), -9, 9), 0, 2),
+                        gen(c, EM_SHAPE(4, 0, 5), -9, 9)};
+    o[0] = em_cat(3, ts, 1);
+    em_tensor *us[2] = {gen(c, EM_SHAPE(2, 3), -9, 9), gen(c, EM_SHAPE(5, 3), -9, 9)};
+    o[1] = em_cat(2, us, 0);
+    return 2;
+}
+static int c_index_select(ctx *c, em_tensor **o)
+{
+    if (c->variant > 1) return 0;
+    em_tensor *x = gen(c, EM_SHAPE(5, 6, 4), -9, 9);
+    if (c->variant) x = em_transpose(gen(c, EM_SHAPE(4, 6, 5), -9, 9), 0, 2);
+    o[0] = em_index_select(x, 1, ids(c, EM_I64, EM_SHAPE(7), 6));
+    o[1] = em_index_select(x, 0, ids(c, EM_I32, EM_SHAPE(3), 5));
+    return 2;
+}
+static int c_gather(ctx *c, em_tensor **o)
+{
+    if (c->variant > 1) return 0;
+    em_tensor *x = gen(c, EM_SHAPE(4, 6), -9, 9);
+    if (c->variant) x = em_transpose(gen(c, EM_SHAPE(6, 4), -9, 9), 0, 1);
+    o[0] = em_gather(x, 1, ids(c, EM_I64, EM_SHAPE(4, 9), 6));
+    o[1] = em_gather(x, 0, ids(c, EM_I32, EM_SHAPE(3, 6), 4));
+    return 2;
+}
+static int c_scatter_add(ctx *c, em_tensor **o)
+{
+    if (c->variant > 1) return 0;
+    em_tensor *t = gen(c, EM_SHAPE(5, 6), -9, 9);
+    em_tensor *src = gen(c, EM_SHAPE(7, 6), -9, 9);
+    if (c->variant) src = em_transpose(gen(c, EM_SHAPE(6, 7), -9, 9), 0, 1);
+    o[0] = em_scatter_add(t, 0, ids(c, EM_I64, EM_SHAPE(7, 6), 5), src);
+    o[1] = em_scatter_add(t, 1, ids(c, EM_I32, EM_SHAPE(5, 3), 6), gen(c, EM_SHAPE(5, 3), -9, 9));
+    return 2;
+}
+
+/* ---- random: the global generator, re-seeded so both devices draw the same counters ---------------- */
+static int c_rand(ctx *c, em_tensor **o)
+{
+    if (c->variant > 1) return 0;
+    em_set_seed(1234);
+    o[0] = em_rand(EM_SHAPE(3, 1001), c->dt, c->dev);
+    if (c->variant) o[1] = em_uniform_(em_transpose(em_zeros(EM_SHAPE(9, 7), c->dt, c->dev), 0, 1), -2, 5);
+    return c->variant ? 2 : 1;
+}
+static int c_randn(ctx *c, em_tensor **o)
+{
+    if (c->variant > 0) return 0;
+    em_set_seed(99);
+    o[0] = em_randn(EM_SHAPE(5, 999), c->dt, c->dev);
+    c->tol = c->dt == EM_F64 ? 1e-12 : c->tol;
+    return 1;
+}
+static int c_bernoulli(ctx *c, em_tensor **o)
+{
+    if (c->variant > 0) return 0;
+    em_set_seed(5);
+    o[0] = em_bernoulli(EM_SHAPE(4, 1003), 0.37, c->dev);
+    o[1] = em_bernoulli(EM_SHAPE(10), 1.0, c->dev);
+    return 2;
+}
+
+/* ---- the table ------------------------------------------------------------------------------------------- */
+#define DT(x) (1u << (x))
+#define FLOATS (DT(EM_F32) | DT(EM_F64) | DT(EM_F16) | DT(EM_BF16))
+#define NUMERIC (FLOATS | DT(EM_I64) | DT(EM_I32))
+#define ALL (NUMERIC | DT(EM_BOOL))
+
+typedef struct row {
+    case_fn fn;
+    unsigned dtypes;
+    bool exact;
+} row;
+
+static const row rows[EM_NUM_OPS] = {
+    [EM_OP_FILL] = {c_fill, ALL, true},
+    [EM_OP_ARANGE] = {c_arange, NUMERIC, true},
+    [EM_OP_EYE] = {c_eye, ALL, true},
+    [EM_OP_COPY] = {c_copy, ALL, true},
+    [EM_OP_ADD] = {c_add, NUMERIC, false},
+    [EM_OP_SUB] = {c_sub, NUMERIC, false},
+    [EM_OP_MUL] = {c_mul, NUMERIC, false},
+    [EM_OP_DIV] = {c_div, FLOATS, false},
+    [EM_OP_POW] = {c_pow, NUMERIC, false},
+    [EM_OP_MAXIMUM] = {c_maximum, NUMERIC, true},
+    [EM_OP_MINIMUM] = {c_minimum, NUMERIC, true},
+    [EM_OP_EQ] = {c_eq, ALL, true},
+    [EM_OP_NE] = {c_ne, ALL, true},
+    [EM_OP_LT] = {c_lt, ALL, true},
+    [EM_OP_LE] = {c_le, ALL, true},
+    [EM_OP_GT] = {c_gt, ALL, true},
+    [EM_OP_GE] = {c_ge, ALL, true},
+    [EM_OP_NEG] = {c_neg, NUMERIC, true},
+    [EM_OP_ABS] = {c_abs, NUMERIC, true},
+    [EM_OP_EXP] = {c_exp, FLOATS, false},
+    [EM_OP_LOG] = {c_log, FLOATS, false},
+    [EM_OP_SQRT] = {c_sqrt, FLOATS, false},
+    [EM_OP_RSQRT] = {c_rsqrt, FLOATS, false},
+    [EM_OP_TANH] = {c_tanh, FLOATS, false},
+    [EM_OP_SIGMOID] = {c_sigmoid, FLOATS, false},
+    [EM_OP_RELU] = {c_relu, NUMERIC, true},
+    [EM_OP_GELU] = {c_gelu, FLOATS, false},
+    [EM_OP_GELU_TANH] = {c_gelu_tanh, FLOATS, false},
+    [EM_OP_SIN] = {c_sin, FLOATS, false},
+    [EM_OP_COS] = {c_cos, FLOATS, false},
+    [EM_OP_WHERE] = {c_where, ALL, true},
+    [EM_OP_MASKED_FILL] = {c_masked_fill, ALL, true},
+    [EM_OP_SUM] = {c_sum, ALL, false},
+    [EM_OP_MEAN] = {c_mean, FLOATS, false},
+    [EM_OP_VAR] = {c_var, FLOATS, false},
+    [EM_OP_LOGSUMEXP] = {c_logsumexp, FLOATS, false},
+    [EM_OP_NORM] = {c_norm, FLOATS, false},
+    [EM_OP_MAX] = {c_max, NUMERIC, true},
+    [EM_OP_MIN] = {c_min, NUMERIC, true},
+    [EM_OP_ARGMAX] = {c_argmax, NUMERIC, true},
+    [EM_OP_MATMUL] = {c_matmul, FLOATS, false},
+    [EM_OP_SOFTMAX] = {c_softmax, FLOATS, false},
+    [EM_OP_LOG_SOFTMAX] = {c_log_softmax, FLOATS, false},
+    [EM_OP_SOFTMAX_BWD] = {c_softmax_bwd, FLOATS, false},
+    [EM_OP_LOG_SOFTMAX_BWD] = {c_log_softmax_bwd, FLOATS, false},
+    [EM_OP_GELU_BWD] = {c_gelu_bwd, FLOATS, false},
+    [EM_OP_GELU_TANH_BWD] = {c_gelu_tanh_bwd, FLOATS, false},
+    [EM_OP_LAYER_NORM] = {c_layer_norm, FLOATS, false},
+    [EM_OP_LAYER_NORM_BWD] = {c_layer_norm_bwd, FLOATS, false},
+    [EM_OP_EMBEDDING] = {c_embedding, ALL, true},
+    [EM_OP_EMBEDDING_BWD] = {c_embedding_bwd, FLOATS, false},
+    [EM_OP_DROPOUT] = {c_dropout, FLOATS, true},
+    [EM_OP_CROSS_ENTROPY] = {c_cross_entropy, FLOATS, false},
+    [EM_OP_CROSS_ENTROPY_BWD] = {c_cross_entropy_bwd, FLOATS, false},
+    [EM_OP_CAT] = {c_cat, ALL, true},
+    [EM_OP_INDEX_SELECT] = {c_index_select, ALL, true},
+    [EM_OP_GATHER] = {c_gather, ALL, true},
+    [EM_OP_SCATTER_ADD] = {c_scatter_add, NUMERIC, false},
+    [EM_OP_RAND] = {c_rand, FLOATS, true},
+    [EM_OP_RANDN] = {c_randn, FLOATS, false},
+    [EM_OP_BERNOULLI] = {c_bernoulli, DT(EM_BOOL), true},
+};
+
+/* ---- running and comparing ------------------------------------------------------------------------------------ */
+#define MAX_OUT 4
+#define MAX_VARIANTS 8
+
+typedef struct result {
+    int n;
+    int nd[MAX_OUT];
+    int64_t shape[MAX_OUT][EM_MAX_DIMS];
+    em_dtype dt[MAX_OUT];
+    int64_t numel[MAX_OUT];
+    double *v[MAX_OUT];
+} result;
+
+static void result_free(result *r)
+{
+    for (int i = 0; i < r->n; i++) free(r->v[i]);
+    r->n = 0;
+}
+
+/* Fills the allocator's cache with NaN-filled blocks of many sizes. */
+static void poison(em_device dev)
+{
+    static const int64_t sizes[] = {16, 256, 1024, 8192, 65536, 400000, 3000000};
+    em_scope_begin();
+    for (int rep = 0; rep < 3; rep++)
+        for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) em_full(1, &sizes[i], NAN, EM_F32, dev);
+    em_scope_end();
+}
+
+/* Runs a case on dev; false (with a message) when it failed to produce its outputs. */
+static bool run_case(const row *rw, em_device dev, em_dtype dt, int variant, result *res, double *tol, bool *skip)
+{
+    ctx c = {.dev = dev, .dt = dt, .variant = variant, .seed = 1 + (uint64_t)variant * 1000, .tol = 0};
+    em_tensor *out[MAX_OUT] = {0};
+    *skip = false;
+    res->n = 0;
+    em_scope_begin();
+    int n = rw->fn(&c, out);
+    bool ok = true;
+    if (n == 0) *skip = true;
+    for (int i = 0; i < n && ok; i++) {
+        if (!out[i]) {
+            fprintf(stderr, "  output %d is NULL: %s\n", i, em_last_error());
+            ok = false;
+            break;
+        }
+        em_tensor *h = em_contiguous(em_to_dtype(em_to(out[i], EM_CPU), EM_F64));
+        if (!h) {
+            fprintf(stderr, "  moving output %d to the CPU failed: %s\n", i, em_last_error());
+            ok = false;
+            break;
+        }
+        res->nd[i] = h->ndim;
+        memcpy(res->shape[i], h->shape, sizeof(int64_t) * (size_t)h->ndim);
+        res->dt[i] = out[i]->dtype;
+        res->numel[i] = em_numel(h);
+        res->v[i] = malloc(sizeof(double) * (size_t)(res->numel[i] ? res->numel[i] : 1));
+        if (res->numel[i]) memcpy(res->v[i], em_data_ptr(h), sizeof(double) * (size_t)res->numel[i]);
+        res->n++;
+    }
+    em_scope_end();
+    *tol = c.tol;
+    return ok;
+}
+
+static double default_tol(em_dtype dt)
+{
+    switch (dt) {
+    case EM_F32: return 1e-5;
+    case EM_F64: return 1e-10;
+    case EM_F16: case EM_BF16: return 1e-2;
+    default: return 0;
+    }
+}
+
+/* Worst |g - r| / (tol (|r| + max|r|)) (or exact mismatch count); prints the first offender. */
+static bool compare(const char *what, const result *g, const result *r, double tol, double *worst)
+{
+    *worst = 0;
+    if (g->n != r->n) {
+        fprintf(stderr, "  %s: %d outputs on the device, %d on the CPU\n", what, g->n, r->n);
+        return false;
+    }
+    for (int i = 0; i < r->n; i++) {
+        bool same = g->nd[i] == r->nd[i] && g->dt[i] == r->dt[i];
+        for (int d = 0; same && d < r->nd[i]; d++) same = g->shape[i][d] == r->shape[i][d];
+        if (!same) {
+            fprintf(stderr, "  %s: output %d differs in shape or dtype\n", what, i);
+            return false;
+        }
+        double t = (r->dt[i] == EM_I64 || r->dt[i] == EM_I32 || r->dt[i] == EM_BOOL) ? 0 : tol;
+        double mx = 0;
+        for (int64_t e = 0; e < r->numel[i]; e++)
+            if (isfinite(r->v[i][e]) && fabs(r->v[i][e]) > mx) mx = fabs(r->v[i][e]);
+        for (int64_t e = 0; e < r->numel[i]; e++) {
+            double a = g->v[i][e], b = r->v[i][e];
+            bool bad;
+            double ratio = 0;
+            if (isnan(a) || isnan(b) || isinf(a) || isinf(b)) bad = !(isnan(a) && isnan(b)) && a != b;
+            else if (t == 0) bad = a != b;
+            else {
+                ratio = fabs(a - b) / (t * (fabs(b) + mx) + 1e-300);
+                bad = ratio > 1;
+            }
+            if (ratio > *worst) *worst = ratio;
+            if (bad) {
+                fprintf(stderr, "  %s: output %d element %lld: device %.17g, cpu %.17g (tol %g)\n", what, i, (long long)e,
+                        a, b, t);
+                return false;
+            }
+        }
+    }
+    return true;
+}
+
+static int op_loop(void)
+{
+    int bad_rows = 0;
+    printf("%-18s %-9s %4s %s\n", "op", "dtype", "runs", "worst err/tol");
+    for (int op = 0; op < EM_NUM_OPS; op++) {
+        if (em_op_table[op].cls == EM_CLASS_VIEW) continue;
+        const row *rw = &rows[op];
+        if (!rw->fn) {
+            fprintf(stderr, "FAIL: op %s has no row in tests/test_cuda.c\n", em_op_table[op].name);
+            failures++;
+            continue;
+        }
+        for (int dt = 0; dt < EM_NUM_DTYPES; dt++) {
+            if (!(rw->dtypes & DT(dt))) continue;
+            int runs = 0;
+            double worst = 0;
+            bool ok = true;
+            for (int v = 0; v < MAX_VARIANTS && ok; v++) {
+                result rc = {0}, rg = {0};
+                double tol_c, tol_g;
+                bool skip_c, skip_g;
+                char what[96];
+                snprintf(what, sizeof what, "%s %s variant %d", em_op_table[op].name, em_dtype_name((em_dtype)dt), v);
+                em_clear_error();
+                bool okc = run_case(rw, EM_CPU, (em_dtype)dt, v, &rc, &tol_c, &skip_c);
+                if (skip_c) {
+                    result_free(&rc);
+                    continue;
+                }
+                poison(gpu);
+                bool okg = run_case(rw, gpu, (em_dtype)dt, v, &rg, &tol_g, &skip_g);
+                checks++;
+                double w = 0, tol = rw->exact ? 0 : (tol_c ? tol_c : default_tol((em_dtype)dt));
+                if (!okc || !okg) {
+                    fprintf(stderr, "  %s: the %s run failed\n", what, okc ? "device" : "CPU");
+                    ok = false;
+                } else {
+                    ok = compare(what, &rg, &rc, tol, &w);
+                }
+                if (w > worst) worst = w;
+                runs++;
+                result_free(&rc);
+                result_free(&rg);
+            }
+            printf("%-18s %-9s %4d %s%.3g\n", em_op_table[op].name, em_dtype_name((em_dtype)dt), runs,
+                   ok ? "" : "FAIL ", worst);
+            if (!ok) {
+                failures++;
+                bad_rows++;
+            }
+        }
+    }
+    return bad_rows;
+}
+
+/* ---- the runtime ------------------------------------------------------------------------------------------------------ */
+#define CHECK(cond, ...)                                         \
+    do {                                                         \
+        checks++;                                                \
+        if (!(cond)) {                                           \
+            failures++;                                          \
+            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
+            fprintf(stderr, __VA_ARGS__);                        \
+            fprintf(stderr, "\n");                               \
+        }                                                        \
+    } while (0)
+
+static void cache_stats(em_device dev, int64_t *cached, int64_t *nsys)
+{
+    const em_backend *be = em__backend((em_device_type)dev.type);
+    *cached = *nsys = 0;
+    if (be && be->cache_stats) be->cache_stats(dev.index, cached, nsys);
+}
+
+/* One step of a small MLP-like workload, all intermediates scope-owned. */
+static void step(em_tensor *x, em_tensor *w1, em_tensor *w2)
+{
+    em_scope_begin();
+    em_tensor *h = em_gelu(em_matmul(x, w1));
+    em_tensor *y = em_softmax(em_matmul(h, w2), -1);
+    em_tensor *l = em_sum(em_log(em_add_scalar(y, 1e-6)), 0, NULL, false);
+    em_tensor *g = em__gelu_backward(h, h, false);
+    (void)l;
+    (void)g;
+    em_scope_end();
+}
+
+static void test_runtime(void)
+{
+    const em_backend *be = em__backend((em_device_type)gpu.type);
+    /* copies: odd sizes, both directions, and a strided destination */
+    em_scope_begin();
+    for (int64_t n = 1; n < 5000; n = n * 3 + 1) {
+        em_tensor *h = em_arange(0, (double)n, 1, EM_I32, EM_CPU);
+        em_tensor *d = em_to(h, gpu), *back = em_to(d, EM_CPU);
+        CHECK(back && memcmp(em_data_ptr(back), em_data_ptr(h), (size_t)n * 4) == 0, "round trip of %lld i32", (long long)n);
+    }
+    em_tensor *dst = em_zeros(EM_SHAPE(6, 4), EM_F32, gpu);
+    em_tensor *src = em_arange(0, 24, 1, EM_F64, EM_CPU);
+    em_copy_(em_transpose(dst, 0, 1), em_view(src, EM_SHAPE(4, 6)));
+    em_tensor *back = em_to(dst, EM_CPU);
+    CHECK(back && em_get(back, (int64_t[]){5, 3}) == 23 && em_get(back, (int64_t[]){1, 2}) == 13,
+          "em_copy_ from a CPU f64 tensor into a transposed CUDA f32 view");
+    em_scope_end();
+
+    /* a steady loop never goes back to cudaMalloc, and frees what it allocates */
+    em_scope_begin();
+    em_tensor *x = em_rand(EM_SHAPE(64, 128), EM_F32, gpu), *w1 = em_rand(EM_SHAPE(128, 256), EM_F32, gpu);
+    em_tensor *w2 = em_rand(EM_SHAPE(256, 32), EM_F32, gpu);
+    step(x, w1, w2);
+    step(x, w1, w2);
+    int64_t cached0, nsys0, cached1, nsys1;
+    cache_stats(gpu, &cached0, &nsys0);
+    int64_t live0 = em_memory_stats_get(gpu).live_bytes;
+    for (int i = 0; i < 20; i++) step(x, w1, w2);
+    cache_stats(gpu, &cached1, &nsys1);
+    CHECK(nsys1 == nsys0, "a steady loop called cudaMalloc %lld more times", (long long)(nsys1 - nsys0));
+    CHECK(em_memory_stats_get(gpu).live_bytes == live0, "live bytes moved from %lld to %lld", (long long)live0,
+          (long long)em_memory_stats_get(gpu).live_bytes);
+    em_scope_end();
+    if (be->synchronize) CHECK(be->synchronize(gpu.index) == EM_OK, "synchronize: %s", em_last_error());
+    if (be->empty_cache) {
+        em_empty_cache(gpu);   /* alloc.c may route this to the backend ... */
+        be->empty_cache(gpu.index);   /* ... and this certainly does */
+        int64_t cached2, nsys2;
+        cache_stats(gpu, &cached2, &nsys2);
+        CHECK(cached2 < cached1 || cached1 == 0, "empty_cache kept %lld of %lld cached bytes", (long long)cached2,
+              (long long)cached1);
+    }
+    /* an allocation the device cannot hold fails with EM_ERR_OOM, not a crash */
+    em_clear_error();
+    em_scope_begin();
+    em_tensor *huge = em_empty(EM_SHAPE(1 << 20, 1 << 20, 64), EM_F32, gpu);
+    CHECK(huge == NULL && em_last_status() == EM_ERR_OOM, "a 256 TiB tensor: %s", em_last_error());
+    em_tensor *after = em_ones(EM_SHAPE(10), EM_F32, gpu);
+    CHECK(after != NULL && em_item(em_sum(em_to(after, EM_CPU), 0, NULL, false)) == 10, "the device works after an OOM");
+    em_scope_end();
+    /* pinned host memory */
+    if (be->host_alloc) {
+        void *p = be->host_alloc(1 << 20);
+        CHECK(p != NULL, "pinned host allocation");
+        if (p) {
+            memset(p, 1, 1 << 20);
+            be->host_free(p, 1 << 20);
+            void *q = be->host_alloc(1000000);
+            CHECK(q == p, "pinned blocks are reused");
+            be->host_free(q, 1000000);
+        }
+    }
+    /* several GPUs: copies between them, and an op on the second */
+    if (be->device_count && be->device_count() > 1) {
+        em_scope_begin();
+        em_tensor *a = em_rand(EM_SHAPE(100, 50), EM_F32, EM_CPU);
+        em_tensor *b = em_to(em_to(em_to(a, gpu), EM_CUDA(1)), EM_CPU);
+        CHECK(b && memcmp(em_data_ptr(a), em_data_ptr(b), 100 * 50 * 4) == 0, "cuda:0 -> cuda:1 copy");
+        em_tensor *m = em_to(em_matmul(em_to(a, EM_CUDA(1)), em_transpose(em_to(a, EM_CUDA(1)), 0, 1)), EM_CPU);
+        em_tensor *r = em_matmul(a, em_transpose(a, 0, 1));
+        CHECK(m && r && fabs(em_item(em_sum(em_sub(m, r), 0, NULL, false))) < 1e-2, "matmul on cuda:1");
+        em_scope_end();
+    }
+}
+
+/* ---- timing (EMBER_CUDA_BENCH=1) ------------------------------------------------------------------------------------ */
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+typedef void (*bench_fn)(em_tensor **in);
+static void b_matmul(em_tensor **in) { em_matmul(in[0], in[1]); }
+static void b_add(em_tensor **in) { em_add(in[0], in[1]); }
+static void b_gelu(em_tensor **in) { em_gelu(in[0]); }
+static void b_softmax(em_tensor **in) { em_softmax(in[0], -1); }
+static void b_layer_norm(em_tensor **in) { em_layer_norm(in[0], in[1], in[2], 1e-12, NULL, NULL); }
+static void b_sum(em_tensor **in) { em_sum(in[0], EM_DIMS(0), false); }
+static void b_cast(em_tensor **in) { em_to_dtype(in[0], EM_BF16); }
+
+/* Median seconds per call of fn, over 5 runs of `iters` calls after a warm-up. */
+static double time_it(bench_fn fn, em_tensor **in, int iters)
+{
+    const em_backend *be = em__backend((em_device_type)gpu.type);
+    double t[5];
+    for (int r = -1; r < 5; r++) {
+        be->synchronize(gpu.index);
+        double t0 = now();
+        em_scope_begin();
+        for (int i = 0; i < iters; i++) fn(in);
+        em_scope_end();
+        be->synchronize(gpu.index);
+        if (r >= 0) t[r] = (now() - t0) / iters;
+    }
+    qsort(t, 5, sizeof *t, cmp_d);
+    return t[2];
+}
+
+static void bench(void)
+{
+    printf("\nbench (cuda:0, median of 5)\n%-34s %10s %12s\n", "kernel", "us/call", "rate");
+    em_scope_begin();
+    for (int dt = 0; dt < 2; dt++) {
+        em_dtype d = dt ? EM_BF16 : EM_F32;
+        em_tensor *a = em_to_dtype(em_randn(EM_SHAPE(4096, 4096), EM_F32, gpu), d);
+        em_tensor *b = em_to_dtype(em_randn(EM_SHAPE(4096, 4096), EM_F32, gpu), d);
+        em_tensor *in[2] = {a, b};
+        double s = time_it(b_matmul, in, 20);
+        printf("%-34s %10.1f %9.1f TF/s\n", dt ? "matmul 4096^3 bf16" : "matmul 4096^3 f32", s * 1e6,
+               2.0 * 4096 * 4096 * 4096 / s / 1e12);
+    }
+    em_set_float32_matmul_precision("high");
+    {
+        em_tensor *in[2] = {em_randn(EM_SHAPE(4096, 4096), EM_F32, gpu), em_randn(EM_SHAPE(4096, 4096), EM_F32, gpu)};
+        double s = time_it(b_matmul, in, 20);
+        printf("%-34s %10.1f %9.1f TF/s\n", "matmul 4096^3 f32 (TF32)", s * 1e6, 2.0 * 4096 * 4096 * 4096 / s / 1e12);
+    }
+    em_set_float32_matmul_precision("highest");
+    int64_t n = 64 << 20;
+    em_tensor *x = em_randn(1, &n, EM_F32, gpu), *y = em_randn(1, &n, EM_F32, gpu);
+    em_tensor *in2[2] = {x, y};
+    double s = time_it(b_add, in2, 20);
+    printf("%-34s %10.1f %9.0f GB/s\n", "add 64M f32", s * 1e6, 12.0 * n / s / 1e9);
+    s = time_it(b_gelu, in2, 20);
+    printf("%-34s %10.1f %9.0f GB/s\n", "gelu 64M f32", s * 1e6, 8.0 * n / s / 1e9);
+    s = time_it(b_cast, in2, 20);
+    printf("%-34s %10.1f %9.0f GB/s\n", "f32 -> bf16 64M", s * 1e6, 6.0 * n / s / 1e9);
+    s = time_it(b_sum, in2, 20);
+    printf("%-34s %10.1f %9.0f GB/s\n", "sum 64M f32", s * 1e6, 4.0 * n / s / 1e9);
+    em_tensor *att = em_randn(EM_SHAPE(32 * 12 * 128, 128), EM_F32, gpu);
+    em_tensor *in3[1] = {att};
+    s = time_it(b_softmax, in3, 50);
+    printf("%-34s %10.1f %9.0f GB/s\n", "softmax [49152,128] f32", s * 1e6, 8.0 * 49152 * 128 / s / 1e9);
+    int64_t D = 768;
+    em_tensor *ln[3] = {em_randn(EM_SHAPE(4096, 768), EM_F32, gpu), em_ones(1, &D, EM_F32, gpu), em_zeros(1, &D, EM_F32, gpu)};
+    s = time_it(b_layer_norm, ln, 50);
+    printf("%-34s %10.1f %9.0f GB/s\n", "layer_norm [4096,768] f32", s * 1e6, 8.0 * 4096 * 768 / s / 1e9);
+    em_scope_end();
+}
+
+int main(void)
+{
+    bool self = getenv("EMBER_CUDA_SELFTEST") && atoi(getenv("EMBER_CUDA_SELFTEST"));
+    if (!self && !em__backend(EM_DEVICE_CUDA)) {
+        printf("no CUDA device: skipped\n");
+        return 77;
+    }
+    gpu = self ? EM_CPU : EM_CUDA(0);
+    int bad = op_loop();
+    if (!self) test_runtime();
+    if (!self && getenv("EMBER_CUDA_BENCH") && atoi(getenv("EMBER_CUDA_BENCH"))) bench();
+    printf("\n%d checks, %d failed (%d op rows)\n", checks, failures, bad);
+    return failures ? 1 : 0;
+}
