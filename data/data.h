@@ -379,6 +379,16 @@ em_loader_state em_dataloader_state(const em_dataloader *dl);
  * EM_ERR_INVALID if the state does not fit this loader (negative, or batch > len). */
 em_status em_dataloader_load_state(em_dataloader *dl, em_loader_state s);
 
+/* The loader's options as resolved at creation (every default filled in, the
+ * shuffle seed included). */
+em_dataloader_opts em_dataloader_options(const em_dataloader *dl);
+/* Re-shards the loader in place (em_accelerator_prepare does this): takes
+ * num_processes, process_index, split_batches, even_batches and seed (0 keeps
+ * the current seed) from sharding, keeps every other option, and restarts the
+ * current epoch at batch 0. EM_ERR_INVALID as em_dataloader_new (the loader is
+ * then unchanged), EM_ERR_OOM. */
+em_status em_dataloader_reshard(em_dataloader *dl, const em_dataloader_opts *sharding);
+
 #ifdef __cplusplus
 }
 #endif

@@ -364,3 +364,47 @@ em_status em_dataloader_load_state(em_dataloader *dl, em_loader_state s)
     reposition(dl, s.epoch, s.batch);
     return EM_OK;
 }
+
+em_dataloader_opts em_dataloader_options(const em_dataloader *dl)
+{
+    DL_CHECK(dl, "em_dataloader_options", (em_dataloader_opts){0}, "the dataloader is NULL");
+    return dl->o;
+}
+
+em_status em_dataloader_reshard(em_dataloader *dl, const em_dataloader_opts *sharding)
+{
+    DL_CHECK(dl && sharding, "em_dataloader_reshard", EM_ERR_INVALID, "%s is NULL",
+             dl ? "sharding" : "the dataloader");
+    em_dataloader_opts want = dl->o, o;
+    want.num_processes = sharding->num_processes;
+    want.process_index = sharding->process_index;
+    want.split_batches = sharding->split_batches;
+    want.even_batches = sharding->even_batches;
+    if (sharding->seed) want.seed = sharding->seed;
+    em_status st = em__dl_resolve(&want, &o);
+    if (st != EM_OK) return st;
+    int64_t rows = em__schedule_max_rows(&o);
+    if (dl->nw) pthread_mutex_lock(&dl->mu);
+    if (dl->nw) ring_stop_locked(dl);   /* no worker is loading now: their scratch may be replaced */
+    if (rows > dl->max_rows) {
+        em_sample *p = em__realloc(dl->samples, sizeof(em_sample) * (size_t)rows);
+        if (p) dl->samples = p;
+        for (int i = 0; p && i < dl->nw; i++)
+            if ((p = em__realloc(dl->workers[i].samples, sizeof(em_sample) * (size_t)rows)))
+                dl->workers[i].samples = p;
+        if (!p) {   /* the arrays that grew stay valid; the capacity stays the old one */
+            if (dl->nw) pthread_mutex_unlock(&dl->mu);
+            return em__fail(EM_ERR_OOM, "dataloader: out of memory");
+        }
+        dl->max_rows = rows;
+    }
+    dl->o = o;
+    dl->len = em__schedule_count(dl->n, &o);
+    em_batch_schedule_free(&dl->sched);
+    dl->sched_epoch = -1;
+    dl->pos = 0;
+    dl->at_end = false;
+    dl->status = EM_OK;
+    if (dl->nw) pthread_mutex_unlock(&dl->mu);
+    return EM_OK;
+}

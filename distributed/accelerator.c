@@ -188,13 +188,6 @@ static em_status prepare_loader(em_accelerator *acc, em_dataloader *dl)
     if (find_loader(acc, dl) >= 0) return EM_OK;
     ACC_CHECK(acc->n_loaders < EM__ACC_MAX, "em_accelerator_prepare", EM_ERR_INVALID, "more than %d dataloaders",
               EM__ACC_MAX);
-    if (!em_dataloader_options || !em_dataloader_reshard) {
-        if (acc->world > 1)
-            return em__fail(EM_ERR_UNSUPPORTED, "em_accelerator_prepare: this build's data/ cannot re-shard a "
-                            "dataloader (em_dataloader_reshard is missing)");
-        acc->loaders[acc->n_loaders++] = (em__acc_loader){ .dl = dl, .seen = em_dataloader_state(dl) };
-        return EM_OK;
-    }
     em_dataloader_opts o = em_dataloader_options(dl);
     em_status st = broadcast_seed(acc, &o.seed);
     if (st != EM_OK) return st;

@@ -7,13 +7,6 @@
 #include "distributed/distributed.h"
 #include "tensor/tensor_internal.h"
 
-/* data/ functions that re-shard a prepared loader in place. They were
- * proposed to data/ with this file; declared weak here so that the library
- * links before they land: prepare then fails with EM_ERR_UNSUPPORTED where a
- * loader must be re-sharded (world > 1), and a world of one works without. */
-em_dataloader_opts em_dataloader_options(const em_dataloader *dl) __attribute__((weak));
-em_status em_dataloader_reshard(em_dataloader *dl, const em_dataloader_opts *sharding) __attribute__((weak));
-
 /* At most this many objects of each kind can be prepared (misuse beyond). */
 #define EM__ACC_MAX 16
 

@@ -299,7 +299,9 @@ em_status em_pg_all_gather(em_process_group *pg, em_tensor *t, em_tensor **out)
         for (int q = 0; q < pg->world; q++)
             total += job.counts[q];
         shape[0] = total;
-        /* Failing here leaves the peers in the data step until they time out. */
+        /* In a scope of its own, so that a failure frees it; failing to
+         * allocate leaves the peers in the data step until they time out. */
+        em_scope_begin();
         em_tensor *r = em__empty(job.ndim, shape, t->dtype, EM_CPU);
         if (!r) {
             s = EM_ERR_OOM;
@@ -313,8 +315,9 @@ em_status em_pg_all_gather(em_process_group *pg, em_tensor *t, em_tensor **out)
             job.out_numel = em_numel(r);
             s = run_sync(pg, &job, fn);
             if (s == EM_OK)
-                *out = r;
+                *out = em_keep(r);
         }
+        em_scope_end();
     }
     em__free(job.counts);
     return s;
