@@ -9,5 +9,6 @@
 #include "nn/nn.h"
 #include "optim/optim.h"
 #include "data/data.h"
+#include "distributed/distributed.h"
 
 #endif

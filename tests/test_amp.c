@@ -18,11 +18,13 @@
  *     update, the cache bounded and emptied; gradients reach f32 master
  *     weights; no-grad casts do not poison a later grad-mode forward;
  *   - bf16 matmul within 1e-2 relative of f32 (layouts, batches), f16 within
- *     1e-3 (emulated in f32);
+ *     1e-3 (emulated in f32); the internal bf16 GEMM (oneDNN) exact on
+ *     integer data for every transpose combination and both output dtypes;
  *   - a small DistilBERT trained under bf16 autocast ends within 2% of the f32
  *     run's loss.
  */
 #include "check_util.h"
+#include "tensor/cpu/cpu.h"
 #include "tensor/tensor_internal.h"
 
 #include <math.h>
@@ -864,6 +866,58 @@ START_TEST(low_precision_matmul_tolerance)
 }
 END_TEST
 
+/* The internal bf16 GEMM directly: every transpose combination, leading
+ * dimensions wider than the matrices, bf16 and f32 outputs, k = 0. Values are
+ * small integers, so every product and sum is exact in f32 and the bf16
+ * output is the exact result rounded once. */
+static void check_gemm_bf16(void)
+{
+    enum { M = 37, N = 29, K = 70, LD = 80 };
+    uint16_t *a = calloc(LD * LD, 2), *b = calloc(LD * LD, 2), *c16 = calloc(LD * LD, 2);
+    float *c32 = calloc(LD * LD, 4);
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++) {
+            /* op(A)[i][p] = (i + 2p) % 7 - 3, op(B)[p][j] = (3p + j) % 5 - 2 */
+            for (int i = 0; i < M; i++)
+                for (int p = 0; p < K; p++) a[ta ? p * LD + i : i * LD + p] = em__f32_to_bf16((float)((i + 2 * p) % 7 - 3));
+            for (int p = 0; p < K; p++)
+                for (int j = 0; j < N; j++) b[tb ? j * LD + p : p * LD + j] = em__f32_to_bf16((float)((3 * p + j) % 5 - 2));
+            ck_assert_int_eq(em_cpu_gemm_bf16(ta, tb, M, N, K, a, LD, b, LD, c16, EM_BF16, LD), EM_OK);
+            ck_assert_int_eq(em_cpu_gemm_bf16(ta, tb, M, N, K, a, LD, b, LD, c32, EM_F32, LD), EM_OK);
+            for (int i = 0; i < M; i++)
+                for (int j = 0; j < N; j++) {
+                    double s = 0;
+                    for (int p = 0; p < K; p++) s += (double)((i + 2 * p) % 7 - 3) * ((3 * p + j) % 5 - 2);
+                    ck_assert_msg(c32[i * LD + j] == s, "ta %d tb %d [%d,%d]: f32 %g, want %g", ta, tb, i, j,
+                                  c32[i * LD + j], s);
+                    ck_assert(em__bf16_to_f32(c16[i * LD + j]) == em__bf16_to_f32(em__f32_to_bf16((float)s)));
+                }
+        }
+    c32[0] = 5.0f;
+    ck_assert_int_eq(em_cpu_gemm_bf16(false, false, 3, 4, 0, a, LD, b, LD, c32, EM_F32, LD), EM_OK);
+    ck_assert(c32[0] == 0.0f && c32[2 * LD + 3] == 0.0f);   /* an empty sum is zero */
+    free(a), free(b), free(c16), free(c32);
+}
+
+START_TEST(gemm_bf16_contract) { check_gemm_bf16(); }
+END_TEST
+
+/* The same through the f32 route that runs without oneDNN (EMBER_GEMM=openblas,
+ * read once per process: this test runs in its own forked process). */
+START_TEST(gemm_bf16_contract_without_onednn)
+{
+    setenv("EMBER_GEMM", "openblas", 1);
+    check_gemm_bf16();
+    /* and the matmul kernel then computes bf16 in f32: still within tolerance */
+    em_scope_begin();
+    em_tensor *x = tu_rand_tensor(EM_SHAPE(16, 96), EM_F32, -1, 1, 31, NULL);
+    em_tensor *w = tu_rand_tensor(EM_SHAPE(40, 96), EM_F32, -1, 1, 32, NULL);
+    check_matmul(x, em_transpose(w, 0, 1), EM_BF16, 1e-2);
+    em_scope_end();
+    unsetenv("EMBER_GEMM");
+}
+END_TEST
+
 /* ---- a small DistilBERT under bf16 autocast vs f32 ----------------------------------------------- */
 #define DB_B 64
 #define DB_S 16
@@ -954,6 +1008,9 @@ static Suite *make_suite(void)
     tcase_add_test(ta, no_grad_cast_not_reused);
     tcase_add_test(ta, cache_bounded_and_freed);
     tcase_add_test(ta, low_precision_matmul_tolerance);
+    tcase_add_test(ta, gemm_bf16_contract);
+    if (!getenv("CK_FORK") || strcmp(getenv("CK_FORK"), "no") != 0)   /* needs a fresh process */
+        tcase_add_test(ta, gemm_bf16_contract_without_onednn);
     tcase_add_test(ta, distilbert_bf16_tracks_f32);
     suite_add_tcase(s, ta);
     TCase *tm = tcase_create("misuse");

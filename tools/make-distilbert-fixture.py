@@ -138,8 +138,9 @@ def make():
     for n, gr in grads.items():
         out["grad." + n] = gr
     save_file({k: v.contiguous() for k, v in out.items()}, GOLDEN,
-              metadata={"torch": torch.__version__, "transformers": transformers.__version__,
-                        "model": "DistilBertForSequenceClassification dim 64, 2 layers, 4 heads, vocab 1000, 3 labels"})
+              metadata={"source": f"tools/make-distilbert-fixture.py, torch {torch.__version__}, transformers "
+                                  f"{transformers.__version__}: DistilBertForSequenceClassification dim 64, 2 layers, "
+                                  f"4 heads, vocab 1000, 3 labels"})   # one key: safetensors orders keys at random
     # HF's own float32 rounding, measured against float64: per tensor, max |g32 - g64| over max |g64|
     # (k_lin.bias has a gradient that is exactly 0 in exact arithmetic: its error is over the largest gradient)
     scale = max(g.abs().max().item() for g in grads64.values())
@@ -173,7 +174,8 @@ def make_bert():
     model.save_pretrained(BERT_DIR)
     save_file({"input_ids": ids, "attention_mask": mask, "token_type_ids": types,
                "last_hidden_state": out.last_hidden_state.contiguous(), "pooler_output": out.pooler_output.contiguous()},
-              BERT_GOLDEN, metadata={"torch": torch.__version__, "transformers": transformers.__version__})
+              BERT_GOLDEN, metadata={"source": f"tools/make-distilbert-fixture.py, torch {torch.__version__}, "
+                                               f"transformers {transformers.__version__}: BertModel"})
     print(f"wrote {BERT_DIR}, {BERT_GOLDEN}")
 
 
@@ -205,6 +207,7 @@ def verify(path):
 
 
 if __name__ == "__main__":
+    torch.set_num_threads(1)   # bit-identical fixtures from run to run
     if len(sys.argv) == 3 and sys.argv[1] == "--verify":
         sys.exit(verify(sys.argv[2]))
     if len(sys.argv) != 1:

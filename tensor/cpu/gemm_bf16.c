@@ -13,7 +13,10 @@
  * its strides, so it is never copied. When the primitive cannot be built, or
  * oneDNN picked its reference implementation (slower than converting), the
  * call converts to f32 and goes through em_cpu_gemm instead: slower, same
- * result up to f32 summation order.
+ * result up to f32 summation order. EMBER_GEMM=openblas (gemm.c: needed under
+ * valgrind, whose memcheck flags oneDNN's JIT kernels) turns oneDNN off here
+ * too, so every call takes that route and the matmul kernel computes bf16 in
+ * f32.
  *
  * Tolerance: against an f32 GEMM of the same (bf16-valued) inputs, the f32
  * result differs only by summation order; rounded to bf16 the result is
@@ -28,6 +31,7 @@
 #include "ember_config.h"
 
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 #if EMBER_HAVE_ONEDNN
@@ -70,6 +74,8 @@ static pthread_once_t once = PTHREAD_ONCE_INIT;
 
 static void init(void)
 {
+    const char *mode = getenv("EMBER_GEMM");
+    if (mode && !strcmp(mode, "openblas")) return;   /* oneDNN off: engine stays NULL */
     if (dnnl_engine_create(&engine, dnnl_cpu, 0) != dnnl_success) {
         engine = NULL;
         return;

@@ -19,7 +19,7 @@ using namespace emcu;
 namespace {
 
 template <class T>
-__global__ void ln_fwd(Rows<2> R, T *y, const T *x, const T *w, int64_t ws, const T *b, int64_t bs, void *mean,
+__global__ void __launch_bounds__(512) ln_fwd(Rows<2> R, T *y, const T *x, const T *w, int64_t ws, const T *b, int64_t bs, void *mean,
                        void *rstd, em_dtype sdt, double eps)
 {
     using C = typename Compute<T>::type;
@@ -86,7 +86,7 @@ __device__ inline void stats_at(const Stats &st, int64_t r, double *mu, double *
 }
 
 /* dx for each row; R's operands: dx, dy, x. */
-template <class T> __global__ void ln_bwd_dx(Rows<3> R, T *dx, const T *dy, const T *x, const T *w, int64_t ws, Stats st)
+template <class T> __global__ void __launch_bounds__(512) ln_bwd_dx(Rows<3> R, T *dx, const T *dy, const T *x, const T *w, int64_t ws, Stats st)
 {
     using C = typename Compute<T>::type;
     __shared__ C shm[32];

@@ -29,7 +29,7 @@ __device__ inline int64_t load_id(const void *p, bool i64, int64_t off)
 
 /* ---- embedding ---------------------------------------------------------------------------- */
 template <class B>
-__global__ void embed(B *out, const B *w, int64_t ws0, int64_t ws1, const void *ids, bool i64, Geo ig, int64_t N,
+__global__ void __launch_bounds__(512) embed(B *out, const B *w, int64_t ws0, int64_t ws1, const void *ids, bool i64, Geo ig, int64_t N,
                       int64_t D, int64_t V)
 {
     for (int64_t n = blockIdx.x; n < N; n += gridDim.x) {
@@ -71,7 +71,7 @@ __device__ inline int64_t lower_bound(const uint32_t *k, int64_t n, uint32_t v)
 
 /* dw[v] = sum of the dy rows whose id is v, in increasing row order. */
 template <class T>
-__global__ void embed_rows(T *dw, const T *dy, int64_t gs, const uint32_t *keys, const int64_t *base, int64_t N, int64_t V,
+__global__ void __launch_bounds__(512) embed_rows(T *dw, const T *dy, int64_t gs, const uint32_t *keys, const int64_t *base, int64_t N, int64_t V,
                            int64_t D, int64_t pad)
 {
     using C = typename Compute<T>::type;
@@ -184,7 +184,7 @@ struct CeArgs {
 };
 
 template <class T>
-__global__ void ce_rows(CeArgs a, const T *x, void *lse, em_dtype ldt, double *rl, T *loss_none)
+__global__ void __launch_bounds__(512) ce_rows(CeArgs a, const T *x, void *lse, em_dtype ldt, double *rl, T *loss_none)
 {
     using Cm = typename Compute<T>::type;
     __shared__ Cm shm[32];
@@ -210,7 +210,7 @@ __global__ void ce_rows(CeArgs a, const T *x, void *lse, em_dtype ldt, double *r
 }
 
 /* loss = sum or mean of rl over the rows whose target is not ignore_index (one block). */
-template <class T> __global__ void ce_reduce(CeArgs a, const double *rl, T *loss)
+template <class T> __global__ void __launch_bounds__(1024) ce_reduce(CeArgs a, const double *rl, T *loss)
 {
     __shared__ double shm[32];
     __shared__ int64_t shc[32];
@@ -247,7 +247,7 @@ template <class T> em_status ce_t(const em_kargs *k, cudaStream_t s, int dev)
 }
 
 /* scale[0] = dloss (sum) or dloss / #non-ignored rows (mean; 0 when none). */
-__global__ void ce_scale(CeArgs a, const void *dl, em_dtype dldt, double *scale)
+__global__ void __launch_bounds__(1024) ce_scale(CeArgs a, const void *dl, em_dtype dldt, double *scale)
 {
     __shared__ int64_t shc[32];
     int64_t c = 0;
@@ -260,7 +260,7 @@ __global__ void ce_scale(CeArgs a, const void *dl, em_dtype dldt, double *scale)
 }
 
 template <class T>
-__global__ void ce_bwd_rows(CeArgs a, const T *x, const void *lse, em_dtype ldt, int64_t lss, const void *dl,
+__global__ void __launch_bounds__(512) ce_bwd_rows(CeArgs a, const T *x, const void *lse, em_dtype ldt, int64_t lss, const void *dl,
                             em_dtype dldt, int64_t dls, const double *scale_all, T *dx)
 {
     using Cm = typename Compute<T>::type;

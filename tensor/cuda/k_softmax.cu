@@ -19,7 +19,7 @@ using namespace emcu;
 namespace {
 
 /* ---- forward ------------------------------------------------------------------------------ */
-template <class T, bool LOG> __global__ void softmax_block(Rows<2> R, T *y, const T *x)
+template <class T, bool LOG> __global__ void __launch_bounds__(512) softmax_block(Rows<2> R, T *y, const T *x)
 {
     using C = typename Compute<T>::type;
     __shared__ C shm[32];
@@ -93,7 +93,7 @@ template <bool LOG> em_status softmax(const em_kargs *k)
 }
 
 /* ---- backward: in[0] = y, in[1] = dy -> out[0] = dx ---------------------------------------------- */
-template <class T, bool LOG> __global__ void softmax_bwd_block(Rows<3> R, T *dx, const T *y, const T *dy)
+template <class T, bool LOG> __global__ void __launch_bounds__(512) softmax_bwd_block(Rows<3> R, T *dx, const T *y, const T *dy)
 {
     using C = typename Compute<T>::type;
     __shared__ C shm[32];
