@@ -13,6 +13,7 @@
  * position, so it also holds after a mid-epoch resume. Without an active
  * loader a plain counter cycles 1..K. */
 #include "distributed/accelerator_internal.h"
+#include "distributed/ddp_internal.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -359,8 +360,13 @@ em_status em_accelerator_backward(em_accelerator *acc, em_tensor *loss)
     em_tensor *t = loss;
     if (acc->window_len > 1) t = em_div(t, em_scalar((double)acc->window_len, loss->dtype, loss->device));
     if (t && acc->scaler) t = em_grad_scaler_scale(acc->scaler, t);
-    if (t) em_backward(t);
-    else st = em_last_status() != EM_OK ? em_last_status() : EM_ERR_OOM;
+    if (t) {
+        for (int i = 0; i < acc->n_models; i++)   /* the DDP timeline counts from here */
+            if (acc->models[i].ddp) em__ddp_mark_backward_begin(acc->models[i].ddp);
+        em_backward(t);
+    } else {
+        st = em_last_status() != EM_OK ? em_last_status() : EM_ERR_OOM;
+    }
     em_scope_end();
     if (st == EM_OK && acc->sync)
         for (int i = 0; i < acc->n_models && st == EM_OK; i++)
