@@ -12,7 +12,7 @@
  *   against memcpy (1 thread and all threads) measured in the same run.
  *
  * Every figure is the median of several timed repetitions after warmup.
- * Usage: bench_ops [--csv] [--quick]. Respect the environment as it is
+ * Usage: bench_ops [--tsv] [--quick] (--tsv: tab-separated, for bench/ops_peer.py). Respect the environment as it is
  * (OPENBLAS_CORETYPE, EM_NUM_THREADS/OMP_NUM_THREADS); it is printed.
  */
 #include "ember.h"
@@ -37,7 +37,7 @@ bool em__gemm_prefers_onednn(bool trans_a, bool trans_b, int64_t m, int64_t n, i
 
 #define NOMINAL_PEAK 418.0   /* GFLOP/s, AVX-512 FMA, 2 cores (DESIGN.md) */
 
-static bool csv, quick;
+static bool tsv, quick;
 
 static double now(void)
 {
@@ -176,8 +176,8 @@ static void bench_gemm(double peak)
         {"attn scores QK^T [96]", 96, 128, 128, 64, false, true},
         {"attn context PV [96]", 96, 128, 64, 128, false, false},
     };
-    if (csv) {
-        printf("gemm,case,batch,m,n,k,ember,openblas,onednn,lib\n");
+    if (tsv) {
+        printf("gemm\tcase\tbatch\tm\tn\tk\tember\topenblas\tonednn\tlib\n");
     } else {
         printf("\nGEMM, f32, GFLOP/s (median)   nominal peak %.0f, measured FMA peak %.0f\n", NOMINAL_PEAK, peak);
         printf("%-22s %5s %5s %5s %4s | %7s %8s %7s | %6s %6s %6s | %s\n", "case", "m", "n", "k", "bat", "ember",
@@ -204,8 +204,8 @@ static void bench_gemm(double peak)
         double ge = flop / t_e / 1e9, gb = flop / t_b / 1e9, gd = flop / t_d / 1e9;
         gemm_best = gb > gd ? gb : gd;
         const char *lib = em__gemm_prefers_onednn(c->ta, c->tb, c->m, c->n, c->k) ? "onednn" : "openblas";
-        if (csv)
-            printf("gemm,%s,%lld,%lld,%lld,%lld,%.1f,%.1f,%.1f,%s\n", c->name, (long long)c->batch, (long long)c->m,
+        if (tsv)
+            printf("gemm\t%s\t%lld\t%lld\t%lld\t%lld\t%.1f\t%.1f\t%.1f\t%s\n", c->name, (long long)c->batch, (long long)c->m,
                    (long long)c->n, (long long)c->k, ge, gb, gd, lib);
         else
             printf("%-22s %5lld %5lld %5lld %4lld | %7.1f %8.1f %7.1f | %6.2f %5.0f%% %5.0f%% | %s\n", c->name,
@@ -270,10 +270,10 @@ static void bench_memory(void)
     double bw = bw1 > bwn ? bw1 : bwn;
     free(m.src);
     free(m.dst);
-    if (csv) {
-        printf("mem,case,elements,bytes,gbps,memcpy_gbps\n");
-        printf("mem,memcpy 1 thread,%lld,%.0f,%.2f,%.2f\n", (long long)MEM_N, 2.0 * (double)nbytes, bw1, bw);
-        printf("mem,memcpy %d threads,%lld,%.0f,%.2f,%.2f\n", omp_get_max_threads(), (long long)MEM_N,
+    if (tsv) {
+        printf("mem\tcase\telements\tbytes\tgbps\tmemcpy_gbps\n");
+        printf("mem\tmemcpy 1 thread\t%lld\t%.0f\t%.2f\t%.2f\n", (long long)MEM_N, 2.0 * (double)nbytes, bw1, bw);
+        printf("mem\tmemcpy %d threads\t%lld\t%.0f\t%.2f\t%.2f\n", omp_get_max_threads(), (long long)MEM_N,
                2.0 * (double)nbytes, bwn, bw);
     } else {
         printf("\nMemory-bound ops, f32, 16M elements, GB/s of bytes read + written (median)\n");
@@ -291,7 +291,7 @@ static void bench_memory(void)
     };
     for (size_t i = 0; i < sizeof ops / sizeof *ops; i++) {
         if (!have_kernel(ops[i].op)) {
-            if (csv) printf("mem,%s,,,,\n", ops[i].name);
+            if (tsv) printf("mem\t%s\t\t\t\t\n", ops[i].name);
             else printf("%-30s   (no CPU kernel in this build)\n", ops[i].name);
             continue;
         }
@@ -305,7 +305,7 @@ static void bench_memory(void)
             bytes = ops[i].bytes_per_elt * n;
             gbps = bytes / median_time(run_mem, &m) / 1e9;
         }
-        if (csv) printf("mem,%s,%.0f,%.0f,%.2f,%.2f\n", ops[i].name, n, bytes, gbps, bw);
+        if (tsv) printf("mem\t%s\t%.0f\t%.0f\t%.2f\t%.2f\n", ops[i].name, n, bytes, gbps, bw);
         else printf("%-30s %10.0f %8.0f | %7.1f %7.2f\n", ops[i].name, n, bytes / 1e6, gbps, gbps / bw);
         fflush(stdout);
     }
@@ -336,9 +336,9 @@ static void cpu_model(char *buf, size_t cap)
 int main(int argc, char **argv)
 {
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--csv")) csv = true;
+        if (!strcmp(argv[i], "--tsv")) tsv = true;
         else if (!strcmp(argv[i], "--quick")) quick = true;
-        else { fprintf(stderr, "usage: bench_ops [--csv] [--quick]\n"); return 2; }
+        else { fprintf(stderr, "usage: bench_ops [--tsv] [--quick]\n"); return 2; }
     }
     em_set_seed(1);
     int threads = em_num_threads();   /* sets OpenMP's thread count first */
@@ -351,9 +351,9 @@ int main(int argc, char **argv)
     const dnnl_version_t *v = dnnl_version();
     snprintf(dnnl_ver, sizeof dnnl_ver, "%d.%d.%d", v->major, v->minor, v->patch);
 #endif
-    if (csv) {
-        printf("info,cpu,%s\ninfo,threads,%d\ninfo,OPENBLAS_CORETYPE,%s\ninfo,openblas_core,%s\ninfo,onednn,%s\n"
-               "info,measured_peak,%.1f\n", model, threads, ct ? ct : "(unset)", openblas_get_corename(),
+    if (tsv) {
+        printf("info\tcpu\t%s\ninfo\tthreads\t%d\ninfo\tOPENBLAS_CORETYPE\t%s\ninfo\topenblas_core\t%s\ninfo\tonednn\t%s\n"
+               "info\tmeasured_peak\t%.1f\n", model, threads, ct ? ct : "(unset)", openblas_get_corename(),
                dnnl_ver, peak);
     } else {
         printf("bench_ops: %s, %d threads, OPENBLAS_CORETYPE=%s (OpenBLAS core %s), oneDNN %s\n", model,

@@ -5,7 +5,7 @@ warmup calls, about 0.4 s per figure).
 
     python bench/ops_peer.py [--ember BUILD/bench/bench_ops] [--quick]
 
-With --ember, it first runs bench_ops --csv in the same environment
+With --ember, it first runs bench_ops --tsv in the same environment
 (OPENBLAS_CORETYPE, OMP_NUM_THREADS as they are) and prints one table with
 ember, PyTorch and ember/PyTorch side by side; without it, PyTorch alone.
 Tested with torch 2.15.0+cu132 (CPU), Python 3.11.
@@ -87,13 +87,13 @@ def torch_memory(quick):
 
 
 def run_ember(path, quick):
-    cmd = [path, "--csv"] + (["--quick"] if quick else [])
+    cmd = [path, "--tsv"] + (["--quick"] if quick else [])
     text = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     info, gemm, mem = {}, {}, {}
     for line in text.splitlines():
-        f = line.split(",")
+        f = line.split("\t")
         if f[0] == "info":
-            info[f[1]] = ",".join(f[2:])
+            info[f[1]] = f[2]
         elif f[0] == "gemm" and f[1] != "case":
             gemm[f[1]] = (float(f[6]), float(f[7]), float(f[8]) if f[8] != "inf" else 0.0, f[9])
         elif f[0] == "mem" and f[1] != "case" and f[4]:

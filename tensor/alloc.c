@@ -73,6 +73,8 @@ em_memory_stats em_memory_stats_get(em_device dev)
     pthread_mutex_lock(&stats_lock);
     em_memory_stats s = *stats_of(dev);
     pthread_mutex_unlock(&stats_lock);
+    const em_backend *be = dev.type != EM_DEVICE_CPU ? em__backend((em_device_type)dev.type) : NULL;
+    if (be && be->cache_stats) be->cache_stats(dev.index, &s.cached_bytes, &s.n_system_allocs);   /* the device's own cache */
     return s;
 }
 
@@ -184,8 +186,12 @@ static void cpu_empty_cache(void)
 
 void em_empty_cache(em_device dev)
 {
-    if (dev.type == EM_DEVICE_CPU) cpu_empty_cache();
-    /* the CUDA backend empties its own cache (tensor/cuda/) */
+    if (dev.type == EM_DEVICE_CPU) {
+        cpu_empty_cache();
+        return;
+    }
+    const em_backend *be = em__backend((em_device_type)dev.type);
+    if (be && be->empty_cache) be->empty_cache(dev.index);
 }
 
 /* ---- user-installed allocators -------------------------------------------- */
@@ -205,6 +211,11 @@ em_storage *em__storage_new(size_t nbytes, em_device dev)
     if (!be) {
         char b[16];
         em__misuse("em_empty", "device %s is not available in this build or machine", em_device_str(dev, b));
+        return NULL;
+    }
+    if (be->device_count && (dev.index < 0 || dev.index >= be->device_count())) {
+        char b[16];
+        em__misuse("em_empty", "device %s does not exist (%d present)", em_device_str(dev, b), be->device_count());
         return NULL;
     }
     em_storage *s = em__malloc(sizeof *s);

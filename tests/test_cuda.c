@@ -911,6 +911,97 @@ static void test_runtime(void)
     }
 }
 
+/* ---- a DistilBERT training step (forward with the loss, backward) on both devices ------------------------------
+ * Two models from the same seed, one moved to the GPU; the same batch (with
+ * padding); the global generator re-seeded before each forward, so dropout
+ * draws the same Philox masks on both. The loss and every parameter's
+ * gradient must agree (f32: 1e-4, normwise per tensor). AdamW is CPU-only
+ * (optim/), so the step stops at the gradients. */
+static em_distilbert_config tiny_config(void)
+{
+    return (em_distilbert_config){.vocab_size = 500, .n_layers = 2, .n_heads = 4, .dim = 64, .hidden_dim = 128,
+                                  .num_labels = 2};
+}
+
+static em_seqcls_output seqcls_step(em_distilbert_seqcls *m, em_device dev, int64_t B, int64_t S, int64_t vocab)
+{
+    int64_t *ids = malloc(sizeof *ids * (size_t)(B * S)), *msk = malloc(sizeof *msk * (size_t)(B * S));
+    int64_t *lab = malloc(sizeof *lab * (size_t)B);
+    uint64_t x = 88172645463325252ull;
+    for (int64_t i = 0; i < B * S; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        ids[i] = 1 + (int64_t)(x % (uint64_t)(vocab - 1));
+        msk[i] = (i % S) < S - (i / S) % 3;   /* a few padded positions */
+    }
+    for (int64_t i = 0; i < B; i++) lab[i] = i % 2;
+    em_seqcls_inputs in = {em_to(em_from_data(ids, EM_SHAPE(B, S), EM_I64), dev),
+                           em_to(em_from_data(msk, EM_SHAPE(B, S), EM_I64), dev), NULL,
+                           em_to(em_from_data(lab, EM_SHAPE(B), EM_I64), dev)};
+    free(ids), free(msk), free(lab);
+    em_set_seed(11);
+    em_seqcls_output o = em_distilbert_seqcls_forward(m, &in);
+    if (o.loss) em_backward(o.loss);
+    return o;
+}
+
+static void test_distilbert_step(void)
+{
+    em_distilbert_config cfg = tiny_config();
+    em_set_seed(7);
+    em_distilbert_seqcls *mc = em_distilbert_seqcls_new(&cfg);
+    em_set_seed(7);
+    em_distilbert_seqcls *mg = em_distilbert_seqcls_new(&cfg);
+    CHECK(mc && mg && em_module_to(&mg->base, gpu) == EM_OK, "building and moving the model: %s", em_last_error());
+    if (!mc || !mg) return;
+    em_module_train(&mc->base, true);
+    em_module_train(&mg->base, true);
+    em_scope_begin();
+    em_seqcls_output oc = seqcls_step(mc, EM_CPU, 4, 16, cfg.vocab_size);
+    em_seqcls_output og = seqcls_step(mg, gpu, 4, 16, cfg.vocab_size);
+    CHECK(oc.loss && og.loss, "forward: %s", em_last_error());
+    if (oc.loss && og.loss) {
+        double lc = em_item(oc.loss), lg = em_item(em_to(og.loss, EM_CPU));
+        CHECK(fabs(lc - lg) <= 1e-5 * fabs(lc), "distilbert loss: cpu %.9g, cuda %.9g", lc, lg);
+        em_named_tensors pc = em_module_named_parameters(&mc->base), pg = em_module_named_parameters(&mg->base);
+        int bad = 0, with_grad = 0;
+        for (int i = 0; i < pc.n && i < pg.n; i++) {
+            em_tensor *gc = em_grad(pc.items[i].tensor), *gg = em_grad(pg.items[i].tensor);
+            if (!gc && !gg) continue;
+            if (!gc || !gg) {
+                bad++;
+                fprintf(stderr, "  %s: a gradient on one device only\n", pc.items[i].name);
+                continue;
+            }
+            with_grad++;
+            result r = {0}, g = {0};
+            em_tensor *hs[2] = {gc, em_to(gg, EM_CPU)};
+            result *rs[2] = {&r, &g};
+            for (int k = 0; k < 2; k++) {
+                em_tensor *h = em_contiguous(em_to_dtype(hs[k], EM_F64));
+                rs[k]->n = 1;
+                rs[k]->nd[0] = h->ndim;
+                memcpy(rs[k]->shape[0], h->shape, sizeof(int64_t) * (size_t)h->ndim);
+                rs[k]->dt[0] = hs[k]->dtype;
+                rs[k]->numel[0] = em_numel(h);
+                rs[k]->v[0] = malloc(sizeof(double) * (size_t)(em_numel(h) + 1));
+                memcpy(rs[k]->v[0], em_data_ptr(h), sizeof(double) * (size_t)em_numel(h));
+            }
+            double w;
+            if (!compare(pc.items[i].name, &g, &r, 1e-4, &w)) bad++;
+            result_free(&r);
+            result_free(&g);
+        }
+        CHECK(bad == 0 && with_grad > 10, "distilbert gradients: %d of %d differ", bad, with_grad);
+        printf("distilbert step (tiny, dropout on): loss cpu %.7f cuda %.7f, %d gradients compared\n", lc, lg,
+               with_grad);
+        em_named_tensors_free(&pc);
+        em_named_tensors_free(&pg);
+    }
+    em_scope_end();
+    em_module_free(&mc->base);
+    em_module_free(&mg->base);
+}
+
 /* ---- timing (EMBER_CUDA_BENCH=1) ------------------------------------------------------------------------------------ */
 static double now(void)
 {
@@ -972,6 +1063,29 @@ static void bench(void)
         printf("%-34s %10.1f %9.1f TF/s\n", "matmul 4096^3 f32 (TF32)", s * 1e6, 2.0 * 4096 * 4096 * 4096 / s / 1e12);
     }
     em_set_float32_matmul_precision("highest");
+    /* DistilBERT config A (dim 768, 6 layers, batch 8, seq 128): forward with the loss and backward, f32 */
+    em_set_seed(0);
+    em_distilbert_seqcls *m = em_distilbert_seqcls_new(&(em_distilbert_config){.num_labels = 2});
+    if (m && em_module_to(&m->base, gpu) == EM_OK) {
+        em_module_train(&m->base, true);
+        const em_backend *be = em__backend((em_device_type)gpu.type);
+        double t[5];
+        for (int r = -2; r < 5; r++) {
+            be->synchronize(gpu.index);
+            double t0 = now();
+            em_scope_begin();
+            seqcls_step(m, gpu, 8, 128, 30522);
+            em_scope_end();
+            em_module_zero_grad(&m->base, false);
+            be->synchronize(gpu.index);
+            if (r >= 0) t[r] = now() - t0;
+        }
+        qsort(t, 5, sizeof *t, cmp_d);
+        printf("%-34s %10.1f %9.0f tok/s\n", "distilbert A fwd+bwd f32", t[2] * 1e6, 8 * 128 / t[2]);
+    } else {
+        printf("distilbert A: %s\n", em_last_error());
+    }
+    if (m) em_module_free(&m->base);
     int64_t n = 64 << 20;
     em_tensor *x = em_randn(1, &n, EM_F32, gpu), *y = em_randn(1, &n, EM_F32, gpu);
     em_tensor *in2[2] = {x, y};
@@ -1004,6 +1118,7 @@ int main(void)
     gpu = self ? EM_CPU : EM_CUDA(0);
     int bad = op_loop();
     if (!self) test_runtime();
+    test_distilbert_step();   /* in self-test mode: the CPU against itself */
     if (!self && getenv("EMBER_CUDA_BENCH") && atoi(getenv("EMBER_CUDA_BENCH"))) bench();
     printf("\n%d checks, %d failed (%d op rows)\n", checks, failures, bad);
     return failures ? 1 : 0;

@@ -15,11 +15,12 @@
  *     shapes forward and backward, attention-sized batches) oneDNN is 5-50%
  *     faster.
  *   - oneDNN failing (it may allocate scratch) falls back to OpenBLAS.
- *   - EMBER_GEMM=openblas in the environment turns oneDNN off (read once).
- *     Under valgrind this is needed: oneDNN's JIT kernels read up to 32 bytes
- *     past the ends of oneDNN's own packing buffers (harmless on hardware,
- *     "Invalid read" under memcheck). EMBER_GEMM=onednn forces oneDNN for
- *     every f32 call (for measuring); anything else means the rule.
+ *   - EMBER_GEMM=openblas in the environment turns oneDNN off (read once);
+ *     EMBER_GEMM=onednn forces it for every f32 call (for measuring);
+ *     anything else means the rule. Under valgrind, without EMBER_GEMM,
+ *     oneDNN is off: its JIT kernels read up to 32 bytes past the ends of
+ *     oneDNN's own packing buffers (harmless on hardware, "Invalid read"
+ *     under memcheck).
  *
  * Threads: both libraries run on libgomp's pool. Called inside an OpenMP
  * parallel region (the batched matmul does this for small matrices), each
@@ -40,6 +41,14 @@
 #if EMBER_HAVE_ONEDNN
 #include <oneapi/dnnl/dnnl.h>
 #endif
+#if defined(__has_include)
+#if __has_include(<valgrind/valgrind.h>)
+#include <valgrind/valgrind.h>   /* RUNNING_ON_VALGRIND: a no-op instruction sequence on hardware */
+#endif
+#endif
+#ifndef RUNNING_ON_VALGRIND
+#define RUNNING_ON_VALGRIND 0
+#endif
 
 bool em__gemm_prefers_onednn(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k);
 
@@ -52,7 +61,8 @@ static int gemm_mode(void)
     int m = __atomic_load_n(&mode, __ATOMIC_RELAXED);
     if (m == MODE_UNSET) {
         const char *e = getenv("EMBER_GEMM");
-        m = !e ? MODE_RULE : !strcmp(e, "openblas") ? MODE_OPENBLAS : !strcmp(e, "onednn") ? MODE_ONEDNN : MODE_RULE;
+        if (!e) m = RUNNING_ON_VALGRIND ? MODE_OPENBLAS : MODE_RULE;
+        else m = !strcmp(e, "openblas") ? MODE_OPENBLAS : !strcmp(e, "onednn") ? MODE_ONEDNN : MODE_RULE;
         __atomic_store_n(&mode, m, __ATOMIC_RELAXED);
     }
     return m;

@@ -13,10 +13,10 @@
  * its strides, so it is never copied. When the primitive cannot be built, or
  * oneDNN picked its reference implementation (slower than converting), the
  * call converts to f32 and goes through em_cpu_gemm instead: slower, same
- * result up to f32 summation order. EMBER_GEMM=openblas (gemm.c: needed under
- * valgrind, whose memcheck flags oneDNN's JIT kernels) turns oneDNN off here
- * too, so every call takes that route and the matmul kernel computes bf16 in
- * f32.
+ * result up to f32 summation order. As in gemm.c, EMBER_GEMM=openblas, or
+ * running under valgrind without EMBER_GEMM (memcheck flags oneDNN's JIT
+ * kernels), turns oneDNN off here too: every call then takes that route, and
+ * the matmul kernel computes bf16 in f32.
  *
  * Tolerance: against an f32 GEMM of the same (bf16-valued) inputs, the f32
  * result differs only by summation order; rounded to bf16 the result is
@@ -36,6 +36,14 @@
 
 #if EMBER_HAVE_ONEDNN
 #include <oneapi/dnnl/dnnl.h>
+#endif
+#if defined(__has_include)
+#if __has_include(<valgrind/valgrind.h>)
+#include <valgrind/valgrind.h>   /* RUNNING_ON_VALGRIND: a no-op instruction sequence on hardware */
+#endif
+#endif
+#ifndef RUNNING_ON_VALGRIND
+#define RUNNING_ON_VALGRIND 0
 #endif
 
 /* ---- the f32 route (no oneDNN, or no usable primitive) ------------------------------ */
@@ -75,7 +83,7 @@ static pthread_once_t once = PTHREAD_ONCE_INIT;
 static void init(void)
 {
     const char *mode = getenv("EMBER_GEMM");
-    if (mode && !strcmp(mode, "openblas")) return;   /* oneDNN off: engine stays NULL */
+    if (mode ? !strcmp(mode, "openblas") : RUNNING_ON_VALGRIND) return;   /* oneDNN off: engine stays NULL */
     if (dnnl_engine_create(&engine, dnnl_cpu, 0) != dnnl_success) {
         engine = NULL;
         return;
