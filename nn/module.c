@@ -46,7 +46,12 @@ em_tensor *em_module_register_parameter(em_module *m, const char *name, em_tenso
     if (!t) return NULL;
     em_module_entry *e = push(&m->params, &m->n_params, &m->cap_params, name, "em_module_register_parameter");
     if (!e) return NULL;
-    e->tensor = em_retain(em_requires_grad_(t, true));
+    if (!em_requires_grad_(t, true)) {   /* out of memory for its metadata: unregister */
+        free(e->name);
+        m->n_params--;
+        return NULL;
+    }
+    e->tensor = em_retain(t);
     return t;
 }
 
