@@ -5,7 +5,7 @@
  * laptop run and a multi-process one, so that THIS file runs unchanged:
  *
  *     ./build/examples/03_accelerator                                # 1 process
- *     ./build/ember launch --num_processes 2 ./build/examples/03_accelerator
+ *     ./build/cli/ember launch --num_processes 2 ./build/examples/03_accelerator
  *
  * What it adds here:
  *   - prepare: shards the loader per rank, flattens the model's parameters

@@ -28,7 +28,7 @@
  * Run it (from the repository root):
  *
  *   ./build/examples/seqcls                                   # built-in data, small model from scratch
- *   ./build/ember launch --num_processes 2 ./build/examples/seqcls
+ *   ./build/cli/ember launch --num_processes 2 ./build/examples/seqcls
  *   ./build/examples/seqcls --train ../shared/data/sst2/train.tsv --dev ../shared/data/sst2/dev.tsv \
  *       --vocab ../shared/data/bert-base-uncased/vocab.txt --max-len 66 --epochs 2 --output-dir sst2-model
  *   ./build/examples/seqcls --model-dir distilbert-base-uncased --train ... --dev ...   # an HF checkpoint folder
