@@ -238,19 +238,10 @@ static em_module *build(const void *cfg, em__head head)
     return m;
 }
 
-static em_module *flattened(em_module *m)
-{
-    if (m && em_module_flatten(m) != EM_OK) {
-        em_module_free(m);
-        return NULL;
-    }
-    return m;
-}
-
-em_bert_model *em_bert_model_new(const em_bert_config *cfg) { return (em_bert_model *)flattened(build(cfg, EM__HEAD_BASE)); }
+em_bert_model *em_bert_model_new(const em_bert_config *cfg) { return (em_bert_model *)em__flattened(build(cfg, EM__HEAD_BASE)); }
 em_bert_seqcls *em_bert_seqcls_new(const em_bert_config *cfg)
 {
-    return (em_bert_seqcls *)flattened(build(cfg, EM__HEAD_SEQCLS));
+    return (em_bert_seqcls *)em__flattened(build(cfg, EM__HEAD_SEQCLS));
 }
 const em_bert_config *em_bert_model_config(const em_bert_model *m) { return &m->config; }
 

@@ -180,23 +180,14 @@ static em_module *build(const void *cfg, em__head head)
     return m;
 }
 
-static em_module *flattened(em_module *m)
-{
-    if (m && em_module_flatten(m) != EM_OK) {
-        em_module_free(m);
-        return NULL;
-    }
-    return m;
-}
-
 em_distilbert_model *em_distilbert_model_new(const em_distilbert_config *cfg)
 {
-    return (em_distilbert_model *)flattened(build(cfg, EM__HEAD_BASE));
+    return (em_distilbert_model *)em__flattened(build(cfg, EM__HEAD_BASE));
 }
 
 em_distilbert_seqcls *em_distilbert_seqcls_new(const em_distilbert_config *cfg)
 {
-    return (em_distilbert_seqcls *)flattened(build(cfg, EM__HEAD_SEQCLS));
+    return (em_distilbert_seqcls *)em__flattened(build(cfg, EM__HEAD_SEQCLS));
 }
 
 /* ---- forward ------------------------------------------------------------------------------ */

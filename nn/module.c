@@ -1,6 +1,7 @@
 /* ember — the module base: a registry of named parameters, buffers and
  * children, walks over the tree, and flat parameter storage. */
 #include "nn/nn.h"
+#include "nn/nn_internal.h"
 #include "tensor/tensor_internal.h"
 
 #include <stdlib.h>
@@ -331,6 +332,15 @@ em_status em_module_flatten(em_module *m)
     }
     em_named_tensors_free(&ps);
     return st;
+}
+
+em_module *em__flattened(em_module *m)
+{
+    if (m && em_module_flatten(m) != EM_OK) {
+        em_module_free(m);
+        return NULL;
+    }
+    return m;
 }
 
 em_tensor *em_module_flat_params(const em_module *m, em_dtype dt) { return m->flat_params[dt]; }
