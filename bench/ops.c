@@ -9,11 +9,15 @@
  *
  *   Memory-bound ops on 16M f32 elements: em_add, em_gelu, em_softmax (rows
  *   of 1024), em_layer_norm (D = 768), in GB/s counting bytes read + written,
- *   against memcpy (1 thread and all threads) measured in the same run.
+ *   against the fastest plain copy (memcpy on 1 thread, memcpy split over
+ *   all threads, an OpenMP copy loop) measured in the same run.
  *
- * Every figure is the median of several timed repetitions after warmup.
- * Usage: bench_ops [--tsv] [--quick] (--tsv: tab-separated, for bench/ops_peer.py). Respect the environment as it is
- * (OPENBLAS_CORETYPE, EM_NUM_THREADS/OMP_NUM_THREADS); it is printed.
+ * Every figure is the median of several timed repetitions after warmup; the
+ * contenders of one row are timed round-robin, so that a busy moment on a
+ * shared machine slows them alike.
+ * Usage: bench_ops [--tsv] [--quick]   (--tsv: tab-separated, for
+ * bench/ops_peer.py). The environment is used as it is (OPENBLAS_CORETYPE,
+ * EM_NUM_THREADS/OMP_NUM_THREADS) and printed.
  */
 #include "ember.h"
 #include "tensor/tensor_internal.h"
@@ -52,26 +56,35 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* Median seconds of fn(ctx): 2 warmup calls, then enough repetitions for
- * about 0.4 s (5..41; fewer with --quick). */
+/* Median seconds of each of n functions on the same ctx, timed round-robin
+ * (one call of each per round) so that a busy moment on the machine slows
+ * every contender alike and ratios stay fair. 2 warmup calls each, then
+ * enough rounds for about 0.4 s per function (5..41; fewer with --quick). */
 typedef void (*bench_fn)(void *ctx);
-static double median_time(bench_fn fn, void *ctx)
+#define MAX_ROUNDS 41
+static void median_times(int n, const bench_fn *fns, void *const *ctxs, double *out)
 {
-    fn(ctx);
-    double t0 = now();
-    fn(ctx);
-    double est = now() - t0;
-    int reps = est > 0 ? (int)(0.4 / est) : 41;
-    int lo = quick ? 3 : 5, hi = quick ? 9 : 41;
-    reps = reps < lo ? lo : reps > hi ? hi : reps;
-    double t[41];
-    for (int r = 0; r < reps; r++) {
-        t0 = now();
-        fn(ctx);
-        t[r] = now() - t0;
+    double est = 0;
+    for (int f = 0; f < n; f++) {
+        fns[f](ctxs[f]);
+        double t0 = now();
+        fns[f](ctxs[f]);
+        est = fmax(est, now() - t0);
     }
-    qsort(t, (size_t)reps, sizeof *t, cmp_double);
-    return t[reps / 2];
+    int reps = est > 0 ? (int)(0.4 / est) : MAX_ROUNDS;
+    int lo = quick ? 3 : 5, hi = quick ? 9 : MAX_ROUNDS;
+    reps = reps < lo ? lo : reps > hi ? hi : reps;
+    double t[4][MAX_ROUNDS];
+    for (int r = 0; r < reps; r++)
+        for (int f = 0; f < n; f++) {
+            double t0 = now();
+            fns[f](ctxs[f]);
+            t[f][r] = now() - t0;
+        }
+    for (int f = 0; f < n; f++) {
+        qsort(t[f], (size_t)reps, sizeof(double), cmp_double);
+        out[f] = t[f][reps / 2];
+    }
 }
 
 /* ---- measured FMA peak ------------------------------------------------------ */
@@ -193,11 +206,17 @@ static void bench_gemm(double peak)
             g.b = operand(c->batch, c->k, c->n, c->tb, &g.pb);
             g.pc = malloc(sizeof(float) * (size_t)(c->batch * c->m * c->n));
             memset(g.pc, 0, sizeof(float) * (size_t)(c->batch * c->m * c->n));
-            t_e = median_time(run_ember, &g);
-            t_b = median_time(run_openblas, &g);
 #if EMBER_HAVE_ONEDNN
-            t_d = median_time(run_onednn, &g);
+            bench_fn fns[] = {run_ember, run_openblas, run_onednn};
+#else
+            bench_fn fns[] = {run_ember, run_openblas};
 #endif
+            void *ctxs[] = {&g, &g, &g};
+            double t[3] = {0, 0, INFINITY};
+            median_times((int)(sizeof fns / sizeof *fns), fns, ctxs, t);
+            t_e = t[0];
+            t_b = t[1];
+            t_d = t[2];
             free(g.pc);
         }
         double flop = 2.0 * (double)(c->batch * c->m * c->n * c->k);
@@ -225,7 +244,7 @@ typedef struct mem_ctx {
     int which;
 } mem_ctx;
 
-enum { M_ADD, M_GELU, M_SOFTMAX, M_LAYER_NORM, M_MEMCPY1, M_MEMCPYN };
+enum { M_ADD, M_GELU, M_SOFTMAX, M_LAYER_NORM, M_MEMCPY1, M_MEMCPYN, M_COPYLOOP };
 
 static void run_mem(void *p)
 {
@@ -246,6 +265,13 @@ static void run_mem(void *p)
             if (lo < hi) memcpy(m->dst + lo, m->src + lo, hi - lo);
         }
         break;
+    case M_COPYLOOP: {
+        const float *src = (const float *)m->src;
+        float *dst = (float *)m->dst;
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < MEM_N; i++) dst[i] = src[i];
+        break;
+    }
     }
 }
 
@@ -255,33 +281,42 @@ static bool have_kernel(em_op op)
     return be && be->kernels[op];
 }
 
+/* Bandwidth of the ops against the fastest of three plain copies, the copy
+ * timed round-robin with each op so that their ratio shares one moment. */
 static void bench_memory(void)
 {
-    mem_ctx m = {0};
+    mem_ctx cp = {0}, m = {0};
     size_t nbytes = (size_t)MEM_N * 4;
-    m.src = aligned_alloc(64, nbytes);
-    m.dst = aligned_alloc(64, nbytes);
-    memset(m.src, 1, nbytes);
-    memset(m.dst, 0, nbytes);
-    m.which = M_MEMCPY1;
-    double bw1 = 2.0 * (double)nbytes / median_time(run_mem, &m) / 1e9;
-    m.which = M_MEMCPYN;
-    double bwn = 2.0 * (double)nbytes / median_time(run_mem, &m) / 1e9;
-    double bw = bw1 > bwn ? bw1 : bwn;
-    free(m.src);
-    free(m.dst);
+    cp.src = aligned_alloc(64, nbytes);
+    cp.dst = aligned_alloc(64, nbytes);
+    memset(cp.src, 1, nbytes);
+    memset(cp.dst, 0, nbytes);
+    static const struct { const char *name; int which; } copies[] = {
+        {"memcpy, 1 thread", M_MEMCPY1}, {"memcpy, all threads", M_MEMCPYN}, {"copy loop, all threads", M_COPYLOOP}};
+    mem_ctx cc[3] = {cp, cp, cp};
+    bench_fn fns[3] = {run_mem, run_mem, run_mem};
+    void *ctxs[3];
+    double t[3], bw[3];
+    for (int i = 0; i < 3; i++) { cc[i].which = copies[i].which; ctxs[i] = &cc[i]; }
+    median_times(3, fns, ctxs, t);
+    int best = 0;
+    for (int i = 0; i < 3; i++) {
+        bw[i] = 2.0 * (double)nbytes / t[i] / 1e9;
+        if (bw[i] > bw[best]) best = i;
+    }
+    cp.which = copies[best].which;
     if (tsv) {
-        printf("mem\tcase\telements\tbytes\tgbps\tmemcpy_gbps\n");
-        printf("mem\tmemcpy 1 thread\t%lld\t%.0f\t%.2f\t%.2f\n", (long long)MEM_N, 2.0 * (double)nbytes, bw1, bw);
-        printf("mem\tmemcpy %d threads\t%lld\t%.0f\t%.2f\t%.2f\n", omp_get_max_threads(), (long long)MEM_N,
-               2.0 * (double)nbytes, bwn, bw);
+        printf("mem\tcase\telements\tbytes\tgbps\tcopy_gbps\n");
+        for (int i = 0; i < 3; i++)
+            printf("mem\t%s\t%lld\t%.0f\t%.2f\t%.2f\n", copies[i].name, (long long)MEM_N, 2.0 * (double)nbytes, bw[i],
+                   bw[best]);
     } else {
-        printf("\nMemory-bound ops, f32, 16M elements, GB/s of bytes read + written (median)\n");
-        printf("%-30s %10s %8s | %7s %7s\n", "op", "elements", "MB", "GB/s", "/memcpy");
-        printf("%-30s %10lld %8.0f | %7.1f %7.2f\n", "memcpy, 1 thread", (long long)MEM_N, 2.0 * nbytes / 1e6, bw1,
-               bw1 / bw);
-        printf("%-30s %10lld %8.0f | %7.1f %7.2f\n", "memcpy, all threads", (long long)MEM_N, 2.0 * nbytes / 1e6,
-               bwn, bwn / bw);
+        printf("\nMemory-bound ops, f32, 16M elements, GB/s of bytes read + written (median);\n"
+               "/copy: against the fastest plain copy (%s), timed in the same rounds\n", copies[best].name);
+        printf("%-30s %10s %8s | %7s %7s %7s\n", "op", "elements", "MB", "GB/s", "copy", "/copy");
+        for (int i = 0; i < 3; i++)
+            printf("%-30s %10lld %8.0f | %7.1f %7.1f %7.2f\n", copies[i].name, (long long)MEM_N, 2.0 * nbytes / 1e6,
+                   bw[i], bw[best], bw[i] / bw[best]);
     }
     static const struct { const char *name; int which; em_op op; int64_t rows, cols; double bytes_per_elt; } ops[] = {
         {"em_add (a + b)", M_ADD, EM_OP_ADD, 1, MEM_N, 12},          /* read 2, write 1 */
@@ -295,7 +330,7 @@ static void bench_memory(void)
             else printf("%-30s   (no CPU kernel in this build)\n", ops[i].name);
             continue;
         }
-        double gbps, bytes, n = (double)(ops[i].rows * ops[i].cols);
+        double gbps, cbps, bytes, n = (double)(ops[i].rows * ops[i].cols);
         EM_SCOPE {
             m.which = ops[i].which;
             m.x = em_rand(EM_SHAPE(ops[i].rows, ops[i].cols), EM_F32, EM_CPU);
@@ -303,12 +338,19 @@ static void bench_memory(void)
             m.w = em_rand(EM_SHAPE(ops[i].cols), EM_F32, EM_CPU);
             m.b = em_rand(EM_SHAPE(ops[i].cols), EM_F32, EM_CPU);
             bytes = ops[i].bytes_per_elt * n;
-            gbps = bytes / median_time(run_mem, &m) / 1e9;
+            bench_fn f2[2] = {run_mem, run_mem};
+            void *c2[2] = {&m, &cp};
+            double t2[2];
+            median_times(2, f2, c2, t2);
+            gbps = bytes / t2[0] / 1e9;
+            cbps = 2.0 * (double)nbytes / t2[1] / 1e9;
         }
-        if (tsv) printf("mem\t%s\t%.0f\t%.0f\t%.2f\t%.2f\n", ops[i].name, n, bytes, gbps, bw);
-        else printf("%-30s %10.0f %8.0f | %7.1f %7.2f\n", ops[i].name, n, bytes / 1e6, gbps, gbps / bw);
+        if (tsv) printf("mem\t%s\t%.0f\t%.0f\t%.2f\t%.2f\n", ops[i].name, n, bytes, gbps, cbps);
+        else printf("%-30s %10.0f %8.0f | %7.1f %7.1f %7.2f\n", ops[i].name, n, bytes / 1e6, gbps, cbps, gbps / cbps);
         fflush(stdout);
     }
+    free(cp.src);
+    free(cp.dst);
 }
 
 /* ---- main ---------------------------------------------------------------------- */

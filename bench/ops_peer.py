@@ -38,20 +38,24 @@ GEMM = [
 MEM_N = 16 << 20
 
 
-def median_time(fn, quick):
-    fn()
-    t0 = time.perf_counter()
-    fn()
-    est = time.perf_counter() - t0
-    lo, hi = (3, 9) if quick else (5, 41)
-    reps = max(lo, min(hi, int(0.4 / est) if est > 0 else hi))
-    ts = []
-    for _ in range(reps):
+def median_times(fns, quick):
+    """Median seconds of each function, timed round-robin (one call of each
+    per round) after 2 warmup calls each, about 0.4 s per function."""
+    est = 0.0
+    for fn in fns:
+        fn()
         t0 = time.perf_counter()
         fn()
-        ts.append(time.perf_counter() - t0)
-    ts.sort()
-    return ts[len(ts) // 2]
+        est = max(est, time.perf_counter() - t0)
+    lo, hi = (3, 9) if quick else (5, 41)
+    reps = max(lo, min(hi, int(0.4 / est) if est > 0 else hi))
+    ts = [[] for _ in fns]
+    for _ in range(reps):
+        for i, fn in enumerate(fns):
+            t0 = time.perf_counter()
+            fn()
+            ts[i].append(time.perf_counter() - t0)
+    return [sorted(t)[len(t) // 2] for t in ts]
 
 
 def operand(batch, rows, cols, trans):
@@ -66,23 +70,28 @@ def torch_gemm(quick):
         if quick and m * n * k > 1100 ** 3:
             continue
         a, b = operand(batch, m, k, ta), operand(batch, k, n, tb)
-        t = median_time(lambda: torch.matmul(a, b), quick)
+        t, = median_times([lambda: torch.matmul(a, b)], quick)
         out[name] = 2.0 * batch * m * n * k / t / 1e9
     return out
 
 
 def torch_memory(quick):
+    """GB/s of each op and of a plain copy (dst.copy_(src)) timed in the same rounds."""
     src, dst = torch.rand(MEM_N), torch.empty(MEM_N)
-    nbytes = MEM_N * 4
-    res = {"memcpy (copy_)": 2.0 * nbytes / median_time(lambda: dst.copy_(src), quick) / 1e9}
+    copy = lambda: dst.copy_(src)
+    copy_bytes = 2.0 * MEM_N * 4
     x, y = torch.rand(MEM_N), torch.rand(MEM_N)
-    res["em_add (a + b)"] = 12.0 * MEM_N / median_time(lambda: torch.add(x, y), quick) / 1e9
-    res["em_gelu"] = 8.0 * MEM_N / median_time(lambda: torch.nn.functional.gelu(x), quick) / 1e9
     xs = torch.rand(16384, 1024)
-    res["em_softmax [16384,1024] dim -1"] = 8.0 * xs.numel() / median_time(lambda: torch.softmax(xs, -1), quick) / 1e9
     xl, w, b = torch.rand(21845, 768), torch.rand(768), torch.rand(768)
-    res["em_layer_norm [21845,768]"] = 8.0 * xl.numel() / median_time(
-        lambda: torch.nn.functional.layer_norm(xl, (768,), w, b, 1e-12), quick) / 1e9
+    ops = [("em_add (a + b)", 12.0 * MEM_N, lambda: torch.add(x, y)),
+           ("em_gelu", 8.0 * MEM_N, lambda: torch.nn.functional.gelu(x)),
+           ("em_softmax [16384,1024] dim -1", 8.0 * xs.numel(), lambda: torch.softmax(xs, -1)),
+           ("em_layer_norm [21845,768]", 8.0 * xl.numel(),
+            lambda: torch.nn.functional.layer_norm(xl, (768,), w, b, 1e-12))]
+    res = {}
+    for name, nbytes, fn in ops:
+        t_op, t_copy = median_times([fn, copy], quick)
+        res[name] = (nbytes / t_op / 1e9, copy_bytes / t_copy / 1e9)
     return res
 
 
@@ -141,24 +150,19 @@ def main():
         for name, gf in tg.items():
             print(f"{name:<22} {gf:7.1f}")
     tm = torch_memory(args.quick)
-    print("\nMemory-bound ops, f32, 16M elements, GB/s of bytes read + written (median)")
+    print("\nMemory-bound ops, f32, 16M elements, GB/s of bytes read + written (median);")
+    print("/copy: against a plain copy timed in the same rounds (ember: its fastest copy; torch: copy_)")
     if ember:
-        print(f"{'op':<30} | {'ember':>6} {'/memcpy':>7} | {'torch':>6} {'/copy_':>7} | {'e/torch':>7}")
-        mc = tm["memcpy (copy_)"]
-        em_mc = next(iter(ember[2].values()))[1] if ember[2] else float("nan")
-        print(f"{'memcpy (best of 1/all threads)':<30} | {em_mc:6.1f} {1.0:7.2f} | {mc:6.1f} {1.0:7.2f} | "
-              f"{em_mc / mc:7.2f}")
-        for name, gb in tm.items():
-            if name == "memcpy (copy_)":
-                continue
+        print(f"{'op':<30} | {'ember':>6} {'/copy':>6} | {'torch':>6} {'/copy':>6} | {'e/torch':>7}")
+        for name, (gb, cgb) in tm.items():
             if name in ember[2]:
-                e, bw = ember[2][name]
-                print(f"{name:<30} | {e:6.1f} {e / bw:7.2f} | {gb:6.1f} {gb / mc:7.2f} | {e / gb:7.2f}")
+                e, ebw = ember[2][name]
+                print(f"{name:<30} | {e:6.1f} {e / ebw:6.2f} | {gb:6.1f} {gb / cgb:6.2f} | {e / gb:7.2f}")
             else:
-                print(f"{name:<30} | {'n/a':>6} {'':>7} | {gb:6.1f} {gb / mc:7.2f} |")
+                print(f"{name:<30} | {'n/a':>6} {'':>6} | {gb:6.1f} {gb / cgb:6.2f} |")
     else:
-        for name, gb in tm.items():
-            print(f"{name:<30} {gb:7.1f}")
+        for name, (gb, cgb) in tm.items():
+            print(f"{name:<30} {gb:7.1f} {gb / cgb:6.2f}")
 
 
 if __name__ == "__main__":

@@ -11,6 +11,8 @@ int ember_cmd_tokenize(int argc, char **argv);
 int ember_cmd_config(int argc, char **argv);
 int ember_cmd_launch(int argc, char **argv);
 int ember_cmd_env(int argc, char **argv);
+int ember_cmd_test(int argc, char **argv);
+int ember_cmd_selftest(int argc, char **argv);
 
 static const struct {
     const char *name;
@@ -20,14 +22,18 @@ static const struct {
     { "config", ember_cmd_config, "write the launch configuration (interactively or from flags)" },
     { "launch", ember_cmd_launch, "run a program on N processes (mpirun underneath)" },
     { "env", ember_cmd_env, "print versions, libraries and the configuration for a bug report" },
+    { "test", ember_cmd_test, "run a distributed sanity check on the configured number of processes" },
     { "tokenize", ember_cmd_tokenize, "print the WordPiece ids of each line of stdin (BERT tokenizer)" },
+    /* hidden (names starting with "__"): what `ember test` runs on every rank */
+    { "__selftest", ember_cmd_selftest, NULL },
 };
 enum { N_COMMANDS = sizeof commands / sizeof *commands };
 
 static void usage(FILE *f)
 {
     fprintf(f, "usage: ember <command> [options]\n\ncommands:\n");
-    for (int i = 0; i < N_COMMANDS; i++) fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
+    for (int i = 0; i < N_COMMANDS; i++)
+        if (commands[i].summary) fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
     fprintf(f, "  %-10s %s\n", "help", "this list; `ember help <command>` shows the command's options");
 }
 

@@ -23,6 +23,28 @@
 
 #define ACC_CHECK(cond, op, ret, ...) do { if (!(cond)) { em__misuse(op, __VA_ARGS__); return ret; } } while (0)
 
+/* Prints "ember: warning: <message>" to stderr, once per accelerator per
+ * kind of mistake (bit: an EM__ACC_WARN_*). */
+static void acc_warn(em_accelerator *acc, unsigned bit, const char *fmt, ...)
+{
+    if (acc->warned & bit) return;
+    acc->warned |= bit;
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("ember: warning: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    fflush(stderr);
+}
+
+static void warn_prepared_twice(em_accelerator *acc, unsigned bit, const char *kind)
+{
+    acc_warn(acc, bit,
+             "em_accelerator_prepare: this %s was already prepared; preparing it again does nothing "
+             "(prepare each object once)", kind);
+}
+
 /* ---- construction ------------------------------------------------------------ */
 static em_status env_mixed_precision(em_mixed_precision *out)
 {
@@ -158,7 +180,10 @@ static int find_loader(const em_accelerator *acc, const em_dataloader *dl)
 
 static em_status prepare_model(em_accelerator *acc, em_module *m)
 {
-    if (find_model(acc, m) >= 0) return EM_OK;
+    if (find_model(acc, m) >= 0) {
+        warn_prepared_twice(acc, EM__ACC_WARN_PREPARE_MODEL, "model");
+        return EM_OK;
+    }
     ACC_CHECK(acc->n_models < EM__ACC_MAX, "em_accelerator_prepare", EM_ERR_INVALID, "more than %d models", EM__ACC_MAX);
     em_status st = em_module_to(m, acc->device);
     if (st == EM_OK) st = em_module_flatten(m);
@@ -186,7 +211,10 @@ static em_status broadcast_seed(em_accelerator *acc, uint64_t *seed)
 
 static em_status prepare_loader(em_accelerator *acc, em_dataloader *dl)
 {
-    if (find_loader(acc, dl) >= 0) return EM_OK;
+    if (find_loader(acc, dl) >= 0) {
+        warn_prepared_twice(acc, EM__ACC_WARN_PREPARE_LOADER, "dataloader");
+        return EM_OK;
+    }
     ACC_CHECK(acc->n_loaders < EM__ACC_MAX, "em_accelerator_prepare", EM_ERR_INVALID, "more than %d dataloaders",
               EM__ACC_MAX);
     em_dataloader_opts o = em_dataloader_options(dl);
@@ -220,7 +248,10 @@ em_status em_accelerator_prepare_list(em_accelerator *acc, int n, const em_prepa
             switch (kinds[i]) {
             case EM_PREP_MODEL: st = prepare_model(acc, obj); break;
             case EM_PREP_OPTIMIZER:
-                if (find_opt(acc, obj) >= 0) break;
+                if (find_opt(acc, obj) >= 0) {
+                    warn_prepared_twice(acc, EM__ACC_WARN_PREPARE_OPTIMIZER, "optimizer");
+                    break;
+                }
                 ACC_CHECK(acc->n_opts < EM__ACC_MAX, "em_accelerator_prepare", EM_ERR_INVALID, "more than %d optimizers",
                           EM__ACC_MAX);
                 acc->opts[acc->n_opts++] = (em__acc_opt){ .opt = obj };
@@ -229,7 +260,10 @@ em_status em_accelerator_prepare_list(em_accelerator *acc, int n, const em_prepa
             case EM_PREP_SCHEDULER: {
                 bool dup = false;
                 for (int j = 0; j < acc->n_scheds; j++) dup |= acc->scheds[j] == obj;
-                if (dup) break;
+                if (dup) {
+                    warn_prepared_twice(acc, EM__ACC_WARN_PREPARE_SCHEDULER, "scheduler");
+                    break;
+                }
                 ACC_CHECK(acc->n_scheds < EM__ACC_MAX, "em_accelerator_prepare", EM_ERR_INVALID,
                           "more than %d schedulers", EM__ACC_MAX);
                 acc->scheds[acc->n_scheds++] = obj;
@@ -348,6 +382,41 @@ int em_accelerator_gradient_accumulation_steps(const em_accelerator *acc)
     return acc->K;
 }
 
+/* Whether any parameter of opt has a gradient (any: zero or not). */
+static bool has_grads(em_optimizer *opt)
+{
+    for (int g = 0; g < em_optimizer_num_groups(opt); g++) {
+        em_param_group pg = em_optimizer_group(opt, g);
+        for (int k = 0; k < pg.n_params; k++)
+            if (em_grad(pg.params[k])) return true;
+    }
+    return false;
+}
+
+/* Whether a gradient of opt holds a nonzero element: one read of every
+ * contiguous CPU gradient (others are not looked at). */
+static bool grads_nonzero(em_optimizer *opt)
+{
+    for (int g = 0; g < em_optimizer_num_groups(opt); g++) {
+        em_param_group pg = em_optimizer_group(opt, g);
+        for (int k = 0; k < pg.n_params; k++) {
+            em_tensor *gr = em_grad(pg.params[k]);
+            if (!gr || gr->device.type != EM_DEVICE_CPU || !em_is_contiguous(gr)) continue;
+            int64_t n = em_numel(gr);
+            const char *d = em_data_ptr(gr);
+            size_t es = em_dtype_size(gr->dtype);
+            if (gr->dtype == EM_F32) {
+                for (int64_t i = 0; i < n; i++)
+                    if (((const float *)d)[i] != 0) return true;
+            } else {
+                for (int64_t i = 0; i < n; i++)
+                    if (em__load(d + (size_t)i * es, gr->dtype) != 0) return true;
+            }
+        }
+    }
+    return false;
+}
+
 em_status em_accelerator_backward(em_accelerator *acc, em_tensor *loss)
 {
     ACC_CHECK(acc, "em_accelerator_backward", EM_ERR_INVALID, "the accelerator is NULL");
@@ -355,6 +424,16 @@ em_status em_accelerator_backward(em_accelerator *acc, em_tensor *loss)
     bool implicit = !acc->in_block;
     if (implicit) do_sync(acc, NULL);
     em__acc_flush_scaler(acc);   /* the scale this backward uses is the updated one */
+    for (int i = 0; i < acc->n_opts; i++) {
+        em__acc_opt *o = &acc->opts[i];
+        o->saw_backward = true;
+        if (o->check_zeroed && grads_nonzero(o->opt))
+            acc_warn(acc, EM__ACC_WARN_NO_ZERO_GRAD,
+                     "em_accelerator_backward: the gradients of the previous optimizer step are still there, so "
+                     "this backward adds to them; call em_accelerator_optimizer_zero_grad(acc, opt) after "
+                     "em_accelerator_optimizer_step(acc, opt)");
+        o->check_zeroed = false;
+    }
     em_status st = EM_OK;
     em_scope_begin();
     em_tensor *t = loss;
@@ -394,6 +473,16 @@ em_status em_accelerator_optimizer_step(em_accelerator *acc, em_optimizer *opt)
               "the optimizer was not prepared (em_accelerator_prepare)");
     if (!acc->sync) return EM_OK;
     em__acc_opt *o = &acc->opts[j];
+    /* gradients that no em_accelerator_backward made: em_backward was called
+     * directly, which is wrong wherever the accelerator transforms the loss */
+    if (!o->saw_backward && (acc->scaler || acc->K > 1 || acc->world > 1) && has_grads(opt))
+        acc_warn(acc, EM__ACC_WARN_DIRECT_BACKWARD,
+                 "em_accelerator_optimizer_step: the gradients were not made by em_accelerator_backward since "
+                 "the last step (was em_backward called directly?); they miss the fp16 loss scaling, the "
+                 "division by the accumulation window and the cross-process averaging: call "
+                 "em_accelerator_backward(acc, loss) instead of em_backward(loss)");
+    o->saw_backward = false;
+    o->check_zeroed = true;
     em_status st;
     if (acc->scaler) {
         bool stepped = false;

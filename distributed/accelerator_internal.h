@@ -21,7 +21,19 @@ typedef struct em__acc_opt {
     bool unscaled;          /* unscaled since the last scaler update (clipping did it) */
     bool stepped;           /* stepped (or skipped) since the last scaler update */
     int64_t steps;          /* real steps so far */
+    bool saw_backward;      /* em_accelerator_backward ran since its last step */
+    bool check_zeroed;      /* stepped: the next backward checks its gradients were zeroed */
 } em__acc_opt;
+
+/* One-time warnings for the common mistakes (bits of em_accelerator.warned). */
+enum {
+    EM__ACC_WARN_DIRECT_BACKWARD = 1 << 0,
+    EM__ACC_WARN_PREPARE_MODEL = 1 << 1,
+    EM__ACC_WARN_PREPARE_OPTIMIZER = 1 << 2,
+    EM__ACC_WARN_PREPARE_LOADER = 1 << 3,
+    EM__ACC_WARN_PREPARE_SCHEDULER = 1 << 4,
+    EM__ACC_WARN_NO_ZERO_GRAD = 1 << 5,
+};
 
 typedef struct em__acc_loader {
     em_dataloader *dl;
@@ -61,6 +73,7 @@ struct em_accelerator {
     bool in_block;                  /* inside EM_ACCUMULATE */
     em_module *block_model;         /* its model (NULL: all) */
     int64_t iteration;              /* the next automatic checkpoint number */
+    unsigned warned;                /* EM__ACC_WARN_* already printed */
 };
 
 /* The prepared loader that is iterating now (see em_accelerator_next), or -1.

@@ -19,6 +19,8 @@
 #include "optim/optim.h"
 #include "tensor/tensor.h"
 
+#include <stdio.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -342,6 +344,51 @@ void em_accelerator_main_process_first_begin(em_accelerator *acc);
 void em_accelerator_main_process_first_end(em_accelerator *acc);
 #define EM_MAIN_PROCESS_FIRST(acc) \
     for (int em__m_ = (em_accelerator_main_process_first_begin(acc), 0); !em__m_; em__m_ = (em_accelerator_main_process_first_end(acc), 1))
+
+/* ---- progress and logging ------------------------------------------------------------
+ * A tqdm-like progress bar and a JSONL scalar logger. Both act on the main
+ * process only (acc NULL: this process counts as the main one); on the other
+ * ranks they exist but do nothing, so the same loop runs everywhere.
+ *
+ * Progress output goes to stderr (as tqdm's does; stdout stays clean for
+ * results). On a terminal it is one line redrawn in place (at most every
+ * 0.1 s, and on the last update):
+ *     desc  42% |████      | 420/1000 [00:12<00:17, 34.5 it/s, loss=0.4321]
+ * Elsewhere (a file, a pipe, CI) the same text without the bar, one line each
+ * time another 10% is done, or 30 s have passed, and at the end. Rate = n /
+ * elapsed since em_progress_new; ETA = (total - n) / rate. total <= 0: an
+ * unknown total ("420it [00:12, 34.5 it/s]"). NULL only on OOM. */
+typedef struct em_progress em_progress;
+em_progress *em_progress_new(em_accelerator *acc, int64_t total, const char *desc);
+/* n more iterations done; loss NAN: none (the last loss given stays shown).
+ * Reaching total ends the bar; later updates are ignored. */
+void em_progress_update(em_progress *p, int64_t n, double loss);
+/* Prints the final state if it was not shown yet. NULL is ok. */
+void em_progress_free(em_progress *p);
+/* For tests and special outputs: the stream (NULL: stderr), terminal mode
+ * (0: isatty of the stream, 1: yes, -1: no) and the clock in seconds
+ * (NULL: CLOCK_MONOTONIC). */
+typedef struct em_progress_opts {
+    FILE *out;
+    int tty;
+    double (*clock)(void *user);
+    void *clock_user;
+} em_progress_opts;
+em_progress *em_progress_new_opts(em_accelerator *acc, int64_t total, const char *desc, const em_progress_opts *opts);
+/* The text of one progress line (bar_width 0: no bar), as snprintf. */
+int em_progress_format(char *buf, size_t cap, const char *desc, int64_t n, int64_t total, double elapsed_s,
+                       double loss, int bar_width);
+
+/* Scalars to a JSONL file on the main process: each em_logger_log appends one
+ * line {"step": 12, "loss": 0.4321, ...} with a single write(2) on a file
+ * opened O_APPEND (never half a line on disk). NaN/inf are written as null.
+ * em_logger_new: NULL with em_last_error() naming the path when the file
+ * cannot be opened (on the main process; other ranks open nothing).
+ * em_logger_log: EM_ERR_IO naming the path when the write fails. */
+typedef struct em_logger em_logger;
+em_logger *em_logger_new(em_accelerator *acc, const char *path);
+em_status em_logger_log(em_logger *lg, int64_t step, int n, const char *const *names, const double *values);
+void em_logger_free(em_logger *lg);
 
 #ifdef __cplusplus
 }

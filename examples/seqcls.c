@@ -41,6 +41,9 @@
  *
  * It prints one loss line and one dev-accuracy line per epoch (main process
  * only), then "final dev accuracy A". --min-accuracy A makes it exit 1 below A.
+ * A progress bar per epoch (it/s, ETA, loss) goes to stderr; --log FILE appends
+ * JSONL scalars: {"step", "loss", "lr"} per optimizer step and {"step",
+ * "epoch", "dev_accuracy"} per epoch (distributed.h, "progress and logging").
  */
 #include "ember.h"
 #include "distributed/distributed.h"
@@ -56,6 +59,7 @@
 typedef struct args {
     const char *train, *dev, *vocab, *model_dir, *output_dir;
     const char *text_a, *text_b, *label_col;
+    const char *log;               /* --log FILE: JSONL scalars */
     const char *mixed_precision;   /* NULL: bf16, as the Python loop */
     int epochs, grad_accum, max_len, workers;
     int64_t batch_size, warmup;   /* warmup < 0: min(100, 10% of the optimizer steps) */
@@ -81,7 +85,8 @@ static void usage(FILE *f)
             "         --mixed-precision no|bf16|fp16 [bf16]\n"
             "         --grad-accum K [1; or EMBER_GRADIENT_ACCUMULATION_STEPS] --workers N [0] --seed [42]\n"
             "  out:   --output-dir DIR        save_pretrained + vocab.txt (main process)\n"
-            "         --min-accuracy A        exit 1 when the final dev accuracy is below A\n");
+            "         --min-accuracy A        exit 1 when the final dev accuracy is below A\n"
+            "         --log FILE              append JSONL scalars (loss, lr, dev accuracy); main process\n");
 }
 
 static bool parse_args(int argc, char **argv, args *a)
@@ -104,7 +109,7 @@ static bool parse_args(int argc, char **argv, args *a)
 #define NUM(name, field, conv) if (!strcmp(k, name)) { char *e; a->field = conv; if (*e) goto bad; continue; }
         STR("--train", train) STR("--dev", dev) STR("--vocab", vocab) STR("--model-dir", model_dir)
         STR("--output-dir", output_dir) STR("--text-a", text_a) STR("--text-b", text_b)
-        STR("--label-col", label_col) STR("--mixed-precision", mixed_precision)
+        STR("--label-col", label_col) STR("--mixed-precision", mixed_precision) STR("--log", log)
         NUM("--epochs", epochs, (int)strtol(v, &e, 10)) NUM("--grad-accum", grad_accum, (int)strtol(v, &e, 10))
         NUM("--max-len", max_len, (int)strtol(v, &e, 10)) NUM("--workers", workers, (int)strtol(v, &e, 10))
         NUM("--batch-size", batch_size, strtoll(v, &e, 10)) NUM("--warmup", warmup, strtoll(v, &e, 10))
@@ -391,10 +396,16 @@ int main(int argc, char **argv)
                          (long long)a.batch_size, em_accelerator_num_processes(accelerator), K,
                          (const char *[]){ "default", "no", "bf16", "fp16" }[em_accelerator_mixed_precision(accelerator)]);
 
+    em_logger *logger = NULL;
+    if (a.log && !(logger = em_logger_new(accelerator, a.log))) DIE("%s", em_last_error());
+
     double t0 = now_s(), accuracy = 0;
     em_module_train(model, true);   /* model.train() */
     for (int epoch = 0; epoch < a.epochs; epoch++) {
         double loss = NAN;
+        char desc[32];
+        snprintf(desc, sizeof desc, "epoch %d", epoch);
+        em_progress *bar = em_progress_new(accelerator, em_dataloader_len(loader), desc);
         for (em_batch batch; em_accelerator_next(accelerator, loader, &batch);) {   /* for batch in loader: */
             EM_ACCUMULATE(accelerator, model) {
                 em_seqcls_output out;
@@ -410,15 +421,28 @@ int main(int argc, char **argv)
                 em_accelerator_scheduler_step(accelerator, scheduler);
                 em_accelerator_optimizer_zero_grad(accelerator, optimizer);
                 loss = em_item(out.loss);
+                if (logger && em_accelerator_sync_gradients(accelerator)) {
+                    const char *names[] = { "loss", "lr" };
+                    double values[] = { loss, em_optimizer_lr(optimizer, 0) };
+                    if (em_logger_log(logger, em_accelerator_optimizer_steps(accelerator), 2, names, values) != EM_OK)
+                        DIE("%s", em_last_error());
+                }
             }
+            em_progress_update(bar, 1, loss);
         }
+        em_progress_free(bar);
         if (em_dataloader_status(loader) != EM_OK) DIE("%s", em_last_error());
         em_accelerator_print(accelerator, "epoch %d loss %.4f\n", epoch, loss);
         int64_t correct, total;
         accuracy = evaluate(accelerator, model, dev_loader, &correct, &total);
         em_accelerator_print(accelerator, "epoch %d dev accuracy %.4f (%lld/%lld), %.1f s\n", epoch, accuracy,
                              (long long)correct, (long long)total, now_s() - t0);
+        if (logger &&
+            em_logger_log(logger, em_accelerator_optimizer_steps(accelerator), 2, (const char *[]){ "epoch", "dev_accuracy" },
+                          (double[]){ epoch, accuracy }) != EM_OK)
+            DIE("%s", em_last_error());
     }
+    em_logger_free(logger);
     em_accelerator_print(accelerator, "final dev accuracy %.4f\n", accuracy);
 
     int status = 0;

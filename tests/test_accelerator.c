@@ -5,7 +5,9 @@
  * scheduler rule (fp16 skipped steps included), clipping, gather_for_metrics,
  * save_state/load_state (a bit-identical continuation from fresh objects,
  * atomic overwrite, automatic naming with total_limit sorted numerically, the
- * iteration counter restored), the environment's precedence, and misuse.
+ * iteration counter restored), the environment's precedence, the one-time
+ * warnings for the common mistakes (direct em_backward, forgotten zero_grad
+ * with its divergence, a second prepare; stderr captured), and misuse.
  *
  * The toy task: 4 token ids per sample read as features (id / 10), a 2-layer
  * tanh MLP (optionally with dropout, to exercise the RNG state) and
@@ -811,6 +813,165 @@ START_TEST(test_no_leak_per_step)
 }
 END_TEST
 
+/* ---- the common mistakes' one-time warnings ----------------------------------------------- */
+/* Everything written to fd 2 between capture_begin and capture_end, as a
+ * malloc'd string. */
+static int cap_fd = -1, cap_saved = -1;
+static void capture_begin(void)
+{
+    char path[] = "/tmp/ember_test_stderr_XXXXXX";
+    fflush(stderr);
+    cap_fd = mkstemp(path);
+    ck_assert_int_ge(cap_fd, 0);
+    unlink(path);
+    cap_saved = dup(2);
+    ck_assert_int_ge(dup2(cap_fd, 2), 0);
+}
+static char *capture_end(void)
+{
+    fflush(stderr);
+    dup2(cap_saved, 2);
+    close(cap_saved);
+    off_t n = lseek(cap_fd, 0, SEEK_END);
+    char *buf = malloc((size_t)n + 1);
+    lseek(cap_fd, 0, SEEK_SET);
+    ck_assert_int_eq(read(cap_fd, buf, (size_t)n), n);
+    buf[n] = 0;
+    close(cap_fd);
+    return buf;
+}
+static int count_of(const char *hay, const char *needle)
+{
+    int c = 0;
+    for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle)) c++;
+    return c;
+}
+
+/* Trains the toy model for `epochs` epochs of 32 samples in batches of 8
+ * with SGD (lr 1) through an accelerator with the options o, with the
+ * backward through the accelerator or direct, and with or without zero_grad.
+ * Returns the mean loss over the last half of the epochs (the one epoch
+ * when epochs is 1); *err gets the captured stderr. */
+static double train_toy(const em_accelerator_opts *o, bool acc_backward, bool zero_grad, int epochs, char **err)
+{
+    em_set_seed(11);
+    toy_ds *ds = toy_new(32, 7);
+    toy_model *m = toy_model_new(0);
+    int n;
+    em_tensor **p = params_of(m, &n);
+    em_optimizer *opt = em_sgd_new(p, n, &(em_sgd_opts){ .lr = 1.0 });
+    em_dataloader *dl = loader(ds, 8, false);
+    em_accelerator *acc = em_accelerator_new(o);
+    ck_assert_int_eq(em_accelerator_prepare(acc, &m->base, opt, dl, NULL), EM_OK);
+    double mean = 0;
+    int counted = 0;
+    capture_begin();
+    for (int e = 0; e < epochs; e++) {
+        bool count = e >= epochs / 2;
+        for (em_batch b; em_accelerator_next(acc, dl, &b);) {
+            em_tensor *loss;
+            EM_AUTOCAST(acc) { loss = toy_loss(m, b.input_ids, b.labels); }
+            if (count) mean += em_item(loss), counted++;
+            if (acc_backward) ck_assert_int_eq(em_accelerator_backward(acc, loss), EM_OK);
+            else em_backward(loss);
+            ck_assert_int_eq(em_accelerator_optimizer_step(acc, opt), EM_OK);
+            if (zero_grad) em_accelerator_optimizer_zero_grad(acc, opt);
+        }
+    }
+    *err = capture_end();
+    em_accelerator_free(acc);
+    em_dataloader_free(dl);
+    em_optimizer_free(opt);
+    free(p);
+    em_module_free(&m->base);
+    em_dataset_free(&ds->base);
+    return mean / counted;
+}
+
+/* em_backward called directly under the fp16 scaler: one warning naming the fix. */
+START_TEST(test_warn_direct_backward_fp16)
+{
+    const em_accelerator_opts fp16 = { .mixed_precision = EM_MP_FP16 };
+    char *err;
+    train_toy(&fp16, false, true, 2, &err);
+    ck_assert_int_eq(count_of(err, "ember: warning:"), 1);
+    ck_assert_int_eq(count_of(err, "call em_accelerator_backward(acc, loss) instead of em_backward(loss)"), 1);
+    free(err);
+    /* the fix: no warning */
+    train_toy(&fp16, true, true, 2, &err);
+    ck_assert_int_eq(count_of(err, "ember: warning:"), 0);
+    free(err);
+    /* under accumulation too; without mixed precision or accumulation direct is fine */
+    train_toy(&(em_accelerator_opts){ .gradient_accumulation_steps = 2 }, false, true, 1, &err);
+    ck_assert_int_eq(count_of(err, "instead of em_backward"), 1);
+    free(err);
+    train_toy(&(em_accelerator_opts){ .mixed_precision = EM_MP_NO }, false, true, 1, &err);
+    ck_assert_int_eq(count_of(err, "ember: warning:"), 0);
+    free(err);
+}
+END_TEST
+
+/* Forgetting zero_grad: one warning naming the fix, and the run diverges
+ * (SGD on ever-summed gradients: the loss oscillates with a growing
+ * amplitude, hence the mean over epochs 21-40) where the fixed run learns. */
+START_TEST(test_warn_forgotten_zero_grad_diverges)
+{
+    const em_accelerator_opts no = { .mixed_precision = EM_MP_NO };
+    char *err;
+    double first_ok = train_toy(&no, true, true, 1, &err);   /* the first epoch's mean loss */
+    free(err);
+    double fixed = train_toy(&no, true, true, 40, &err);
+    ck_assert_int_eq(count_of(err, "ember: warning:"), 0);
+    free(err);
+    double broken = train_toy(&no, true, false, 40, &err);
+    ck_assert_int_eq(count_of(err, "ember: warning:"), 1);
+    ck_assert_int_eq(count_of(err, "call em_accelerator_optimizer_zero_grad(acc, opt) after"), 1);
+    free(err);
+    fprintf(stderr, "zero_grad: first epoch %.4f, epochs 21-40 fixed %.4f, forgotten %.4f\n", first_ok, fixed,
+            broken);
+    ck_assert(fixed < first_ok);
+    ck_assert(!(broken < 4 * first_ok));   /* NaN or large: diverged */
+}
+END_TEST
+
+/* A second prepare of the same objects: one warning per kind, nothing re-registered. */
+START_TEST(test_warn_prepare_twice)
+{
+    toy_ds *ds = toy_new(8, 5);
+    toy_model *m = toy_model_new(0);
+    int n;
+    em_tensor **p = params_of(m, &n);
+    em_optimizer *opt = em_sgd_new(p, n, NULL);
+    em_scheduler *sched = em_lambda_lr_new(opt, lr_lambda, NULL);
+    em_dataloader *dl = loader(ds, 4, false);
+    em_accelerator *acc = em_accelerator_new(NULL);
+    capture_begin();
+    ck_assert_int_eq(em_accelerator_prepare(acc, &m->base, opt, dl, sched), EM_OK);
+    char *err = capture_end();
+    ck_assert_int_eq(count_of(err, "ember: warning:"), 0);
+    free(err);
+    capture_begin();
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_eq(em_accelerator_prepare_model(acc, &m->base), EM_OK);
+        ck_assert_int_eq(em_accelerator_prepare(acc, &m->base, opt, dl, sched), EM_OK);
+    }
+    err = capture_end();
+    ck_assert_int_eq(count_of(err, "ember: warning:"), 4);
+    ck_assert_int_eq(count_of(err, "this model was already prepared"), 1);
+    ck_assert_int_eq(count_of(err, "this optimizer was already prepared"), 1);
+    ck_assert_int_eq(count_of(err, "this dataloader was already prepared"), 1);
+    ck_assert_int_eq(count_of(err, "this scheduler was already prepared"), 1);
+    free(err);
+    em_accelerator_free(acc);
+    em_dataloader_free(dl);
+    em_scheduler_free(sched);
+    em_optimizer_free(opt);
+    free(p);
+    em_module_free(&m->base);
+    em_dataset_free(&ds->base);
+}
+END_TEST
+
 /* ---- misuse ---------------------------------------------------------------------------------- */
 START_TEST(test_misuse_unprepared_optimizer)
 {
@@ -862,6 +1023,9 @@ static Suite *make_suite(void)
     tcase_add_test(tc, test_automatic_naming_total_limit);
     tcase_add_test(tc, test_env_precedence);
     tcase_add_test(tc, test_no_leak_per_step);
+    tcase_add_test(tc, test_warn_direct_backward_fp16);
+    tcase_add_test(tc, test_warn_forgotten_zero_grad_diverges);
+    tcase_add_test(tc, test_warn_prepare_twice);
     suite_add_tcase(s, tc);
     TCase *tm = tcase_create("misuse");
     tu_add_misuse_test(tm, test_misuse_unprepared_optimizer);
