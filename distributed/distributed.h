@@ -211,7 +211,7 @@ void em_accelerator_free(em_accelerator *acc);
  *     num_processes, process_index, split_batches, even_batches, and rank 0's
  *     shuffle seed, so every rank walks the same permutation);
  *   - schedulers: registered (for save_state and the stepping rule).
- * A NULL object is skipped. Preparing an object twice is a no-op. Collective:
+ * A NULL object is skipped. Preparing an object twice is a no-op (it warns once). Collective:
  * every rank prepares the same models in the same order. */
 typedef enum em_prepare_kind { EM_PREP_END = 0, EM_PREP_MODEL, EM_PREP_OPTIMIZER, EM_PREP_DATALOADER, EM_PREP_SCHEDULER } em_prepare_kind;
 em_status em_accelerator_prepare_list(em_accelerator *acc, int n, const em_prepare_kind *kinds, void *const *objs);
