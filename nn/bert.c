@@ -188,17 +188,10 @@ static em_bert_model *model_build(const em_bert_config *cfg)
     return m;
 }
 
-static void free_labels(char **labels, int n)
-{
-    if (!labels) return;
-    for (int i = 0; i < n; i++) em__free(labels[i]);
-    em__free(labels);
-}
-
 static void seqcls_destroy(em_module *base)
 {
     em_bert_seqcls *s = (em_bert_seqcls *)base;
-    free_labels(s->id2label, s->config.num_labels);
+    em__free_labels(s->id2label, s->config.num_labels);
     em__free(s);
 }
 

@@ -127,17 +127,10 @@ static em_distilbert_model *model_build(const em_distilbert_config *cfg)
     return m;
 }
 
-static void free_labels(char **labels, int n)
-{
-    if (!labels) return;
-    for (int i = 0; i < n; i++) em__free(labels[i]);
-    em__free(labels);
-}
-
 static void seqcls_destroy(em_module *base)
 {
     em_distilbert_seqcls *s = (em_distilbert_seqcls *)base;
-    free_labels(s->id2label, s->config.num_labels);
+    em__free_labels(s->id2label, s->config.num_labels);
     em__free(s);
 }
 

@@ -334,6 +334,13 @@ em_status em_module_flatten(em_module *m)
     return st;
 }
 
+void em__free_labels(char **labels, int n)
+{
+    if (!labels) return;
+    for (int i = 0; i < n; i++) em__free(labels[i]);
+    em__free(labels);
+}
+
 em_module *em__flattened(em_module *m)
 {
     if (m && em_module_flatten(m) != EM_OK) {

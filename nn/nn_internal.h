@@ -93,6 +93,9 @@ em_status em__json_labels(const cJSON *j, const char *path, int *num_labels, em_
 em_tensor *em__seqcls_loss(em_tensor *logits, em_tensor *labels, int num_labels, em_problem_type *pt,
                            const char *op);
 
+/* Frees an id2label array of n strings (NULL is ok; module.c). */
+void em__free_labels(char **labels, int n);
+
 /* Flattens a freshly built model (module.c); frees it and returns NULL on OOM. */
 em_module *em__flattened(em_module *m);
 
