@@ -15,6 +15,7 @@
  * through ordinary ops.
  */
 #include "amp/amp.h"
+#include "amp/amp_internal.h"
 #include "autograd/autograd.h"
 #include "optim/optim.h"
 #include "tensor/tensor_internal.h"
@@ -43,7 +44,16 @@ struct em_grad_scaler {
     int32_t growth_tracker;
     opt_state *opts;
     int n_opts, cap_opts;
+    /* em_grad_scaler_scale made a scaled loss since the last unscale_ or
+     * update: the gradients of its backward still carry the scale (read by
+     * em_clip_grad_norm's clipping-before-unscaling warning) */
+    bool scaled_grads;
+    struct em_grad_scaler *next_live;   /* the list of live scalers */
 };
+
+/* Every live scaler, for em__grad_scaler_pending (not thread-safe: scalers
+ * are made and freed by the training loop's thread). */
+static em_grad_scaler *live_scalers;
 
 static const char unscaled_twice[] = "unscale_() has already been called on this optimizer since the last update().";
 static const char unscale_after_step[] = "unscale_() is being called after step().";
@@ -74,12 +84,26 @@ em_grad_scaler *em_grad_scaler_new(const em_grad_scaler_opts *opts)
     s->growth_factor = growth;
     s->backoff_factor = backoff;
     s->growth_interval = interval;
+    s->next_live = live_scalers;
+    live_scalers = s;
     return s;
+}
+
+bool em__grad_scaler_pending(double *scale)
+{
+    for (em_grad_scaler *s = live_scalers; s; s = s->next_live)
+        if (s->enabled && s->scaled_grads) {
+            if (scale) *scale = s->scale;
+            return true;
+        }
+    return false;
 }
 
 void em_grad_scaler_free(em_grad_scaler *s)
 {
     if (!s) return;
+    for (em_grad_scaler **pp = &live_scalers; *pp; pp = &(*pp)->next_live)
+        if (*pp == s) { *pp = s->next_live; break; }
     em__free(s->opts);
     em__free(s);
 }
@@ -125,6 +149,7 @@ em_tensor *em_grad_scaler_scale(em_grad_scaler *s, em_tensor *loss)
     if (y && loss->ndim > 0 && loss->dtype != y->dtype) y = em_to_dtype(y, loss->dtype);
     if (y) r = em_keep(y);
     em_scope_end();
+    if (r) s->scaled_grads = true;
     return r;
 }
 
@@ -258,6 +283,7 @@ em_status em_grad_scaler_unscale_(em_grad_scaler *s, em_optimizer *opt)
     r->found_inf = bad ? 1.0f : 0.0f;
     r->checked = seen;
     r->stage = UNSCALED;
+    s->scaled_grads = false;
     return EM_OK;
 }
 
@@ -298,6 +324,7 @@ em_status em_grad_scaler_step(em_grad_scaler *s, em_optimizer *opt, bool *steppe
 
 static void forget_steps(em_grad_scaler *s)
 {
+    s->scaled_grads = false;
     for (int i = 0; i < s->n_opts; i++) {
         s->opts[i].stage = READY;
         s->opts[i].found_inf = 0.0f;

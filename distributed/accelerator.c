@@ -14,6 +14,7 @@
  * loader a plain counter cycles 1..K. */
 #include "distributed/accelerator_internal.h"
 #include "distributed/ddp_internal.h"
+#include "nn/nn_internal.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -134,6 +135,7 @@ em_accelerator *em_accelerator_new(const em_accelerator_opts *opts)
     acc->rank = em_pg_rank(acc->pg);
     acc->world = em_pg_world_size(acc->pg);
     acc->local_rank = em_pg_local_rank(acc->pg);
+    em__nn_set_process(acc->rank, acc->world);
     if (mp == EM_MP_FP16 && !(acc->scaler = em_grad_scaler_new(&o.scaler))) goto fail;
     return acc;
 fail:
@@ -154,6 +156,7 @@ void em_accelerator_free(em_accelerator *acc)
     for (int i = acc->n_loaders - 1; i >= 0; i--) close_batch_scope(&acc->loaders[i]);
     for (int i = 0; i < acc->n_models; i++) em_ddp_free(acc->models[i].ddp);
     em_grad_scaler_free(acc->scaler);
+    if (acc->pg) em__nn_set_process(0, 1);
     em__free(acc->project_dir);
     em__free(acc);
 }

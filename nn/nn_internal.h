@@ -99,4 +99,10 @@ void em__free_labels(char **labels, int n);
 /* Flattens a freshly built model (module.c); frees it and returns NULL on OOM. */
 em_module *em__flattened(em_module *m);
 
+/* This process's place in a world, told by the Accelerator (distributed/
+ * sits above nn/): em_save_pretrained warns once when a rank other than 0
+ * writes a checkpoint, the "checkpoint from every rank" mistake. (0, 1) when
+ * no Accelerator is live. */
+void em__nn_set_process(int rank, int world);
+
 #endif

@@ -781,8 +781,20 @@ static char *two_space_indent(const char *src)
     return out;
 }
 
+static int proc_rank = 0, proc_world = 1;
+void em__nn_set_process(int rank, int world) { proc_rank = rank, proc_world = world; }
+
 em_status em_save_pretrained(const em_module *m, const char *dir)
 {
+    /* Every rank writing the same checkpoint does world times the I/O and
+     * races on the final renames (each file still lands whole, from one
+     * rank). It still writes: a rank may mean to save to its own folder. */
+    static bool warned_rank;
+    if (proc_world > 1 && proc_rank != 0)
+        em__warn_once(&warned_rank, "em_save_pretrained",
+                      "called on rank %d of %d: every rank is writing the checkpoint; save from the main process "
+                      "only: em_accelerator_save_model(acc, model, dir), or guard the call with "
+                      "if (em_accelerator_is_main_process(acc))", proc_rank, proc_world);
     em__head head;
     const em__arch *a = m && dir ? em__arch_of(m, &head) : NULL;
     if (!a) {

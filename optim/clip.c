@@ -8,6 +8,7 @@
  * count), then rounded where torch rounds. */
 #include "optim/optim_internal.h"
 #include "autograd/autograd.h"
+#include "amp/amp_internal.h"
 
 #include <math.h>
 
@@ -114,6 +115,16 @@ em_status em_clip_grad_norm(em_tensor *const *params, int n, double max_norm, co
         rdt = rdt == EM_NUM_DTYPES ? g->dtype : promote(rdt, g->dtype);
     }
     if (rdt == EM_NUM_DTYPES) return EM_OK;   /* no gradients: torch returns 0 and clips nothing */
+    /* A common mistake (issue 9): clipping gradients that still carry the
+     * fp16 loss scale compares max_norm with a norm `scale` times too big. */
+    static bool warned_scaled;
+    double scale;
+    if (em__grad_scaler_pending(&scale))
+        em__warn_once(&warned_scaled, op,
+                      "the gradients still carry the fp16 loss scale (%g), so max_norm is compared with a norm "
+                      "%g times too large; unscale first: em_grad_scaler_unscale_(scaler, opt) before clipping, or "
+                      "em_grad_scaler_clip_grad_norm(scaler, opt, ...), or em_accelerator_clip_grad_norm(acc, model, "
+                      "max_norm) with the Accelerator", scale, scale);
 
     em_status st = EM_OK;
     em_scope_begin();

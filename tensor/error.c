@@ -36,6 +36,19 @@ void em__at(const char *file, int line)
     at_line = line;
 }
 
+void em__warn_once(bool *once, const char *op, const char *fmt, ...)
+{
+    if (*once) return;
+    *once = true;
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "ember: warning: %s: ", op);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    fflush(stderr);
+    va_end(ap);
+}
+
 void em__misuse(const char *op, const char *fmt, ...)
 {
     char msg[1024];

@@ -23,6 +23,11 @@ struct em_storage {
  * returns NULL. em__fail: records an outside failure; returns the status. */
 void em__misuse(const char *op, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 em_status em__fail(em_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The common mistakes that still run (DESIGN: warn once, name the fix): the
+ * first call with *once == false prints "ember: warning: <op>: <msg>" to
+ * stderr and sets *once; later calls print nothing. The caller owns the flag
+ * (a static for once per process). */
+void em__warn_once(bool *once, const char *op, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* "[2,3,4]" in a small thread-local ring of buffers (8 live at once). */
 const char *em__shape_str(const em_tensor *t);
 const char *em__dims_str(int ndim, const int64_t *shape);

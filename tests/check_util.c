@@ -109,3 +109,4 @@ static const char *join(const char *env, const char *fallback, const char *rel)
 }
 const char *tu_shared_path(const char *rel) { return join("EMBER_SHARED_DATA", "../shared/data", rel); }
 const char *tu_fixture_path(const char *rel) { return join("EMBER_FIXTURES", "tests/fixtures", rel); }
+

@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "ember.h"
+#include "capture.h"
 
 /* A deterministic generator independent of ember's Philox (splitmix64), so
  * references never share code with what they test. */
@@ -34,6 +35,7 @@ void tu_expect_misuse(const char *expected);
 /* Standard main: runs the suite built by `make_suite`, prints failures, and
  * returns 0 when all pass. */
 int tu_run_suite(Suite *s);
+
 
 /* Live CPU bytes now. */
 int64_t tu_live_bytes(void);

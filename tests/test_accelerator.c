@@ -814,39 +814,6 @@ START_TEST(test_no_leak_per_step)
 END_TEST
 
 /* ---- the common mistakes' one-time warnings ----------------------------------------------- */
-/* Everything written to fd 2 between capture_begin and capture_end, as a
- * malloc'd string. */
-static int cap_fd = -1, cap_saved = -1;
-static void capture_begin(void)
-{
-    char path[] = "/tmp/ember_test_stderr_XXXXXX";
-    fflush(stderr);
-    cap_fd = mkstemp(path);
-    ck_assert_int_ge(cap_fd, 0);
-    unlink(path);
-    cap_saved = dup(2);
-    ck_assert_int_ge(dup2(cap_fd, 2), 0);
-}
-static char *capture_end(void)
-{
-    fflush(stderr);
-    dup2(cap_saved, 2);
-    close(cap_saved);
-    off_t n = lseek(cap_fd, 0, SEEK_END);
-    char *buf = malloc((size_t)n + 1);
-    lseek(cap_fd, 0, SEEK_SET);
-    ck_assert_int_eq(read(cap_fd, buf, (size_t)n), n);
-    buf[n] = 0;
-    close(cap_fd);
-    return buf;
-}
-static int count_of(const char *hay, const char *needle)
-{
-    int c = 0;
-    for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle)) c++;
-    return c;
-}
-
 /* Trains the toy model for `epochs` epochs of 32 samples in batches of 8
  * with SGD (lr 1) through an accelerator with the options o, with the
  * backward through the accelerator or direct, and with or without zero_grad.
@@ -865,7 +832,7 @@ static double train_toy(const em_accelerator_opts *o, bool acc_backward, bool ze
     ck_assert_int_eq(em_accelerator_prepare(acc, &m->base, opt, dl, NULL), EM_OK);
     double mean = 0;
     int counted = 0;
-    capture_begin();
+    ck_assert_int_eq(tu_capture_stderr_begin(), 0);
     for (int e = 0; e < epochs; e++) {
         bool count = e >= epochs / 2;
         for (em_batch b; em_accelerator_next(acc, dl, &b);) {
@@ -878,7 +845,8 @@ static double train_toy(const em_accelerator_opts *o, bool acc_backward, bool ze
             if (zero_grad) em_accelerator_optimizer_zero_grad(acc, opt);
         }
     }
-    *err = capture_end();
+    *err = tu_capture_stderr_end();
+    ck_assert_ptr_nonnull(*err);
     em_accelerator_free(acc);
     em_dataloader_free(dl);
     em_optimizer_free(opt);
@@ -894,19 +862,19 @@ START_TEST(test_warn_direct_backward_fp16)
     const em_accelerator_opts fp16 = { .mixed_precision = EM_MP_FP16 };
     char *err;
     train_toy(&fp16, false, true, 2, &err);
-    ck_assert_int_eq(count_of(err, "ember: warning:"), 1);
-    ck_assert_int_eq(count_of(err, "call em_accelerator_backward(acc, loss) instead of em_backward(loss)"), 1);
+    ck_assert_int_eq(tu_count_of(err, "ember: warning:"), 1);
+    ck_assert_int_eq(tu_count_of(err, "call em_accelerator_backward(acc, loss) instead of em_backward(loss)"), 1);
     free(err);
     /* the fix: no warning */
     train_toy(&fp16, true, true, 2, &err);
-    ck_assert_int_eq(count_of(err, "ember: warning:"), 0);
+    ck_assert_int_eq(tu_count_of(err, "ember: warning:"), 0);
     free(err);
     /* under accumulation too; without mixed precision or accumulation direct is fine */
     train_toy(&(em_accelerator_opts){ .gradient_accumulation_steps = 2 }, false, true, 1, &err);
-    ck_assert_int_eq(count_of(err, "instead of em_backward"), 1);
+    ck_assert_int_eq(tu_count_of(err, "instead of em_backward"), 1);
     free(err);
     train_toy(&(em_accelerator_opts){ .mixed_precision = EM_MP_NO }, false, true, 1, &err);
-    ck_assert_int_eq(count_of(err, "ember: warning:"), 0);
+    ck_assert_int_eq(tu_count_of(err, "ember: warning:"), 0);
     free(err);
 }
 END_TEST
@@ -921,11 +889,11 @@ START_TEST(test_warn_forgotten_zero_grad_diverges)
     double first_ok = train_toy(&no, true, true, 1, &err);   /* the first epoch's mean loss */
     free(err);
     double fixed = train_toy(&no, true, true, 40, &err);
-    ck_assert_int_eq(count_of(err, "ember: warning:"), 0);
+    ck_assert_int_eq(tu_count_of(err, "ember: warning:"), 0);
     free(err);
     double broken = train_toy(&no, true, false, 40, &err);
-    ck_assert_int_eq(count_of(err, "ember: warning:"), 1);
-    ck_assert_int_eq(count_of(err, "call em_accelerator_optimizer_zero_grad(acc, opt) after"), 1);
+    ck_assert_int_eq(tu_count_of(err, "ember: warning:"), 1);
+    ck_assert_int_eq(tu_count_of(err, "call em_accelerator_optimizer_zero_grad(acc, opt) after"), 1);
     free(err);
     fprintf(stderr, "zero_grad: first epoch %.4f, epochs 21-40 fixed %.4f, forgotten %.4f\n", first_ok, fixed,
             broken);
@@ -945,22 +913,24 @@ START_TEST(test_warn_prepare_twice)
     em_scheduler *sched = em_lambda_lr_new(opt, lr_lambda, NULL);
     em_dataloader *dl = loader(ds, 4, false);
     em_accelerator *acc = em_accelerator_new(NULL);
-    capture_begin();
+    ck_assert_int_eq(tu_capture_stderr_begin(), 0);
     ck_assert_int_eq(em_accelerator_prepare(acc, &m->base, opt, dl, sched), EM_OK);
-    char *err = capture_end();
-    ck_assert_int_eq(count_of(err, "ember: warning:"), 0);
+    char *err = tu_capture_stderr_end();
+    ck_assert_ptr_nonnull(err);
+    ck_assert_int_eq(tu_count_of(err, "ember: warning:"), 0);
     free(err);
-    capture_begin();
+    ck_assert_int_eq(tu_capture_stderr_begin(), 0);
     for (int i = 0; i < 3; i++) {
         ck_assert_int_eq(em_accelerator_prepare_model(acc, &m->base), EM_OK);
         ck_assert_int_eq(em_accelerator_prepare(acc, &m->base, opt, dl, sched), EM_OK);
     }
-    err = capture_end();
-    ck_assert_int_eq(count_of(err, "ember: warning:"), 4);
-    ck_assert_int_eq(count_of(err, "this model was already prepared"), 1);
-    ck_assert_int_eq(count_of(err, "this optimizer was already prepared"), 1);
-    ck_assert_int_eq(count_of(err, "this dataloader was already prepared"), 1);
-    ck_assert_int_eq(count_of(err, "this scheduler was already prepared"), 1);
+    err = tu_capture_stderr_end();
+    ck_assert_ptr_nonnull(err);
+    ck_assert_int_eq(tu_count_of(err, "ember: warning:"), 4);
+    ck_assert_int_eq(tu_count_of(err, "this model was already prepared"), 1);
+    ck_assert_int_eq(tu_count_of(err, "this optimizer was already prepared"), 1);
+    ck_assert_int_eq(tu_count_of(err, "this dataloader was already prepared"), 1);
+    ck_assert_int_eq(tu_count_of(err, "this scheduler was already prepared"), 1);
     free(err);
     em_accelerator_free(acc);
     em_dataloader_free(dl);

@@ -10,13 +10,17 @@
  *     steps equals 2N steps, bit for bit, on every rank (shuffle, dropout,
  *     AdamW, a warmup schedule, bf16 autocast), with one random_states file
  *     per rank;
- *   - the process helpers (split_between_processes, reduce, main-process-first).
+ *   - the process helpers (split_between_processes, reduce, main-process-first);
+ *   - a checkpoint written from every rank (em_save_pretrained on each) warns
+ *     once on each rank but the main one, naming the fix; the fix
+ *     (em_accelerator_save_model) warns nowhere.
  *
  * Not a Check suite: Check forks, which MPI does not survive. One line per
  * passed check on rank 0 (every rank reports failures); exit status 1 when any
  * check failed on this rank. */
 #include "ember.h"
 #include "distributed/distributed.h"
+#include "capture.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -391,6 +395,40 @@ static void test_helpers(int64_t tag)
     pass("process helpers: split_between_processes, reduce, main_process_first");
 }
 
+/* ---- the "checkpoint from every rank" warning ---------------------------------------------- */
+static void test_save_from_every_rank(int64_t tag)
+{
+    int failed = g_failed;
+    em_accelerator *acc = em_accelerator_new(NULL);
+    em_distilbert_seqcls *m = em_distilbert_seqcls_new(&(em_distilbert_config){
+        .vocab_size = 50, .max_position_embeddings = 16, .n_layers = 1, .n_heads = 2, .dim = 8, .hidden_dim = 16});
+    CHECK(m != NULL, "model: %s", em_last_error());
+    if (!m) { em_accelerator_free(acc); return; }
+    CHECK_OK(em_accelerator_prepare(acc, &m->base, NULL, NULL, NULL));
+    char good[256], bad[256];
+    snprintf(good, sizeof good, "/tmp/ember-acc-mpi-%lld/model-main", (long long)tag);
+    snprintf(bad, sizeof bad, "/tmp/ember-acc-mpi-%lld/model-rank%d", (long long)tag, g_rank);
+    CHECK(tu_capture_stderr_begin() == 0, "capture");
+    CHECK_OK(em_accelerator_save_model(acc, &m->base, good));   /* the fix: main process only */
+    char *err = tu_capture_stderr_end();
+    CHECK(err && tu_count_of(err, "ember: warning:") == 0, "save_model warned: %s", err ? err : "(no capture)");
+    free(err);
+    CHECK(tu_capture_stderr_begin() == 0, "capture");
+    for (int i = 0; i < 2; i++) CHECK_OK(em_save_pretrained(&m->base, bad));   /* the mistake, twice */
+    err = tu_capture_stderr_end();
+    int want = g_rank == 0 ? 0 : 1;
+    CHECK(err && tu_count_of(err, "ember: warning: em_save_pretrained:") == want, "rank %d: %d warnings, want %d: %s",
+          g_rank, tu_count_of(err, "ember: warning:"), want, err ? err : "(no capture)");
+    CHECK(!err || want == 0 || (strstr(err, "em_accelerator_save_model") && strstr(err, "em_accelerator_is_main_process")),
+          "the warning names no fix: %s", err);
+    free(err);
+    em_accelerator_wait_for_everyone(acc);
+    em_accelerator_free(acc);
+    em_module_free(&m->base);
+    if (g_failed == failed)
+        pass("save_pretrained from every rank: %d warning(s) on the other ranks, none for save_model", g_world - 1);
+}
+
 int main(void)
 {
     em_accelerator *acc = em_accelerator_new(NULL);
@@ -416,6 +454,7 @@ int main(void)
     test_gather_for_metrics();
     test_ddp_equals_single();
     test_save_load_resume(dir);
+    test_save_from_every_rank(tag);
 
     if (g_rank == 0) {
         char cmd[300];

@@ -386,6 +386,56 @@ START_TEST(scaler_clip_unscales_first)
 }
 END_TEST
 
+/* Clipping before unscaling (issue 9's mistake): em_clip_grad_norm on
+ * gradients that still carry the loss scale warns once, naming the fix; the
+ * fixed order (unscale_, then clip) does not warn. */
+static double scaled_backward(em_grad_scaler *s, em_tensor *p)
+{
+    em_tensor *loss = em_sum(em_mul(p, em_full(EM_SHAPE(3), 3.0, EM_F32, EM_CPU)), 0, NULL, false);   /* dloss/dp = 3 */
+    em_backward(em_grad_scaler_scale(s, loss));
+    return em_get(em_grad(p), (int64_t[]){0});
+}
+START_TEST(scaler_warns_clip_before_unscale)
+{
+    em_scope_begin();
+    em_tensor *p = em_requires_grad_(em_ones(EM_SHAPE(3), EM_F32, EM_CPU), true);
+    em_optimizer *opt = em_sgd_new(&p, 1, &(em_sgd_opts){.lr = 0.5});
+    em_grad_scaler *s = em_grad_scaler_new(&(em_grad_scaler_opts){.init_scale = 1024});
+    double total;
+    /* the right order: no warning, the true norm */
+    ck_assert(scaled_backward(s, p) == 3.0 * 1024);
+    ck_assert_int_eq(em_grad_scaler_unscale_(s, opt), EM_OK);
+    ck_assert_int_eq(tu_capture_stderr_begin(), 0);
+    ck_assert_int_eq(em_clip_grad_norm(&p, 1, 100.0, NULL, &total), EM_OK);
+    char *err = tu_capture_stderr_end();
+    ck_assert_ptr_nonnull(err);
+    ck_assert_int_eq(tu_count_of(err, "ember: warning:"), 0);
+    free(err);
+    ck_assert_double_eq_tol(total, 3.0 * sqrt(3.0), 1e-5);
+    ck_assert_int_eq(em_grad_scaler_step(s, opt, NULL), EM_OK);
+    em_grad_scaler_update(s);
+    em_optimizer_zero_grad(opt);
+    /* the mistake: clip straight after the scaled backward, twice */
+    scaled_backward(s, p);
+    ck_assert_int_eq(tu_capture_stderr_begin(), 0);
+    ck_assert_int_eq(em_clip_grad_norm(&p, 1, 100.0, NULL, &total), EM_OK);
+    double first = total;
+    ck_assert_int_eq(em_clip_grad_norm(&p, 1, 100.0, NULL, &total), EM_OK);
+    err = tu_capture_stderr_end();
+    ck_assert_ptr_nonnull(err);
+    ck_assert_msg(tu_count_of(err, "ember: warning: em_clip_grad_norm:") == 1, "stderr: %s", err);
+    ck_assert_ptr_nonnull(strstr(err, "loss scale (1024)"));
+    ck_assert_ptr_nonnull(strstr(err, "em_grad_scaler_unscale_(scaler, opt)"));
+    ck_assert_ptr_nonnull(strstr(err, "em_accelerator_clip_grad_norm"));
+    free(err);
+    /* what the warning is about: the scaled norm, 1024x the true one, was clipped */
+    ck_assert_double_eq_tol(first, 1024 * 3.0 * sqrt(3.0), 1e-2);
+    em_optimizer_free(opt);
+    em_grad_scaler_free(s);
+    em_scope_end();
+}
+END_TEST
+
 /* ---- misuse: torch's messages ------------------------------------------------------------------ */
 START_TEST(misuse_unscale_twice)
 {
@@ -998,6 +1048,7 @@ static Suite *make_suite(void)
     tcase_add_test(tc, scaler_state_save_load);
     tcase_add_test(tc, scaler_strided_grads);
     tcase_add_test(tc, scaler_clip_unscales_first);
+    tcase_add_test(tc, scaler_warns_clip_before_unscale);
     tcase_add_test(tc, training_skips_injected_steps);
     tcase_add_test(tc, fp16_training_on_cpu);
     suite_add_tcase(s, tc);
