@@ -390,6 +390,27 @@ em_logger *em_logger_new(em_accelerator *acc, const char *path);
 em_status em_logger_log(em_logger *lg, int64_t step, int n, const char *const *names, const double *values);
 void em_logger_free(em_logger *lg);
 
+/** Scalars as a TensorBoard event file on the main process (what
+ * torch.utils.tensorboard's SummaryWriter.add_scalar writes): one file
+ * <logdir>/events.out.tfevents.<time>.<host>.<pid>.0 per writer, one
+ * TFRecord-framed Event per em_tb_writer_add_scalars call, each written with
+ * a single write(2). Other ranks get a writer that writes nothing. */
+typedef struct em_tb_writer em_tb_writer;
+/** A writer for a new event file in logdir (created if missing; its parent
+ * must exist). NULL with em_last_error() naming the folder or file when it
+ * cannot be created; the caller frees it with em_tb_writer_free. */
+em_tb_writer *em_tb_writer_new(em_accelerator *acc, const char *logdir);
+/** One event at step with n scalars (tag names[i], value values[i] rounded to
+ * f32, as TensorBoard stores them). EM_ERR_IO naming the file when the write
+ * fails, after which the writer writes nothing more; a no-op off the main
+ * process. A NULL writer or a missing name is misuse. */
+em_status em_tb_writer_add_scalars(em_tb_writer *w, int64_t step, int n, const char *const *names,
+                                   const double *values);
+/** The event file's path (owned by w), or NULL on other ranks. */
+const char *em_tb_writer_path(const em_tb_writer *w);
+/** Closes the file and frees w; NULL is ok. */
+void em_tb_writer_free(em_tb_writer *w);
+
 #ifdef __cplusplus
 }
 #endif

@@ -43,7 +43,9 @@
  * only), then "final dev accuracy A". --min-accuracy A makes it exit 1 below A.
  * A progress bar per epoch (it/s, ETA, loss) goes to stderr; --log FILE appends
  * JSONL scalars: {"step", "loss", "lr"} per optimizer step and {"step",
- * "epoch", "dev_accuracy"} per epoch (distributed.h, "progress and logging").
+ * "epoch", "dev_accuracy"} per epoch (distributed.h, "progress and logging");
+ * --tensorboard DIR writes the same scalars (train/loss, train/lr,
+ * eval/accuracy) as a TensorBoard event file in DIR.
  */
 #include "ember.h"
 #include "distributed/distributed.h"
@@ -60,6 +62,7 @@ typedef struct args {
     const char *train, *dev, *vocab, *model_dir, *output_dir;
     const char *text_a, *text_b, *label_col;
     const char *log;               /* --log FILE: JSONL scalars */
+    const char *tensorboard;       /* --tensorboard DIR: an event file */
     const char *mixed_precision;   /* NULL: bf16, as the Python loop */
     int epochs, grad_accum, max_len, workers;
     int64_t batch_size, warmup;   /* warmup < 0: min(100, 10% of the optimizer steps) */
@@ -86,7 +89,8 @@ static void usage(FILE *f)
             "         --grad-accum K [1; or EMBER_GRADIENT_ACCUMULATION_STEPS] --workers N [0] --seed [42]\n"
             "  out:   --output-dir DIR        save_pretrained + vocab.txt (main process)\n"
             "         --min-accuracy A        exit 1 when the final dev accuracy is below A\n"
-            "         --log FILE              append JSONL scalars (loss, lr, dev accuracy); main process\n");
+            "         --log FILE              append JSONL scalars (loss, lr, dev accuracy); main process\n"
+            "         --tensorboard DIR       the same scalars as a TensorBoard event file in DIR; main process\n");
 }
 
 static bool parse_args(int argc, char **argv, args *a)
@@ -109,7 +113,7 @@ static bool parse_args(int argc, char **argv, args *a)
 #define NUM(name, field, conv) if (!strcmp(k, name)) { char *e; a->field = conv; if (*e) goto bad; continue; }
         STR("--train", train) STR("--dev", dev) STR("--vocab", vocab) STR("--model-dir", model_dir)
         STR("--output-dir", output_dir) STR("--text-a", text_a) STR("--text-b", text_b)
-        STR("--label-col", label_col) STR("--mixed-precision", mixed_precision) STR("--log", log)
+        STR("--label-col", label_col) STR("--mixed-precision", mixed_precision) STR("--log", log) STR("--tensorboard", tensorboard)
         NUM("--epochs", epochs, (int)strtol(v, &e, 10)) NUM("--grad-accum", grad_accum, (int)strtol(v, &e, 10))
         NUM("--max-len", max_len, (int)strtol(v, &e, 10)) NUM("--workers", workers, (int)strtol(v, &e, 10))
         NUM("--batch-size", batch_size, strtoll(v, &e, 10)) NUM("--warmup", warmup, strtoll(v, &e, 10))
@@ -398,6 +402,8 @@ int main(int argc, char **argv)
 
     em_logger *logger = NULL;
     if (a.log && !(logger = em_logger_new(accelerator, a.log))) DIE("%s", em_last_error());
+    em_tb_writer *tb = NULL;
+    if (a.tensorboard && !(tb = em_tb_writer_new(accelerator, a.tensorboard))) DIE("%s", em_last_error());
 
     double t0 = now_s(), accuracy = 0;
     em_module_train(model, true);   /* model.train() */
@@ -421,10 +427,13 @@ int main(int argc, char **argv)
                 em_accelerator_scheduler_step(accelerator, scheduler);
                 em_accelerator_optimizer_zero_grad(accelerator, optimizer);
                 loss = em_item(out.loss);
-                if (logger && em_accelerator_sync_gradients(accelerator)) {
-                    const char *names[] = { "loss", "lr" };
+                if ((logger || tb) && em_accelerator_sync_gradients(accelerator)) {
+                    int64_t step = em_accelerator_optimizer_steps(accelerator);
                     double values[] = { loss, em_optimizer_lr(optimizer, 0) };
-                    if (em_logger_log(logger, em_accelerator_optimizer_steps(accelerator), 2, names, values) != EM_OK)
+                    if (logger && em_logger_log(logger, step, 2, (const char *[]){ "loss", "lr" }, values) != EM_OK)
+                        DIE("%s", em_last_error());
+                    if (tb && em_tb_writer_add_scalars(tb, step, 2, (const char *[]){ "train/loss", "train/lr" }, values) !=
+                                  EM_OK)
                         DIE("%s", em_last_error());
                 }
             }
@@ -441,8 +450,12 @@ int main(int argc, char **argv)
             em_logger_log(logger, em_accelerator_optimizer_steps(accelerator), 2, (const char *[]){ "epoch", "dev_accuracy" },
                           (double[]){ epoch, accuracy }) != EM_OK)
             DIE("%s", em_last_error());
+        if (tb && em_tb_writer_add_scalars(tb, em_accelerator_optimizer_steps(accelerator), 1,
+                                           (const char *[]){ "eval/accuracy" }, &accuracy) != EM_OK)
+            DIE("%s", em_last_error());
     }
     em_logger_free(logger);
+    em_tb_writer_free(tb);
     em_accelerator_print(accelerator, "final dev accuracy %.4f\n", accuracy);
 
     int status = 0;

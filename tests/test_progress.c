@@ -3,9 +3,11 @@
  * counts, elapsed<ETA, rate, loss), the rate/ETA arithmetic against an
  * injected clock, when plain (non-terminal) mode prints, the terminal
  * redraw, and the logger's lines, escaping, null for NaN, appending, and the
- * error naming the path. */
+ * error naming the path; the TensorBoard event file, read back with a decoder
+ * written here (bitwise CRC-32C, a generic protobuf walk). */
 #include "check_util.h"
 #include "distributed/distributed.h"
+#include "distributed/tb_internal.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -205,6 +207,188 @@ START_TEST(logger_errors_name_the_path)
 }
 END_TEST
 
+/* ---- TensorBoard event files ------------------------------------------------------------- */
+/* CRC-32C bit by bit (the library's is table-driven). */
+static uint32_t crc32c_bitwise(const unsigned char *p, size_t n)
+{
+    uint32_t c = 0xffffffffu;
+    for (size_t i = 0; i < n; i++) {
+        c ^= p[i];
+        for (int k = 0; k < 8; k++) c = (c >> 1) ^ (0x82f63b78u & (0u - (c & 1)));
+    }
+    return ~c;
+}
+static uint32_t unmask(uint32_t m)
+{
+    uint32_t r = m - 0xa282ead8u;
+    return (r >> 17) | (r << 15);
+}
+static uint64_t le(const unsigned char *p, int n)
+{
+    uint64_t v = 0;
+    for (int i = n - 1; i >= 0; i--) v = v << 8 | p[i];
+    return v;
+}
+static uint64_t varint(const unsigned char **p, const unsigned char *end)
+{
+    uint64_t v = 0;
+    for (int s = 0; *p < end; s += 7) {
+        unsigned char b = *(*p)++;
+        v |= (uint64_t)(b & 0x7f) << s;
+        if (!(b & 0x80)) return v;
+    }
+    ck_abort_msg("truncated varint");
+    return 0;
+}
+
+/* What one Event record holds (the fields ember writes). */
+typedef struct {
+    double wall;
+    int64_t step;
+    char version[32];
+    int n;
+    char tags[4][32];
+    float values[4];
+} tb_event;
+
+static void parse_value(const unsigned char *p, const unsigned char *end, tb_event *e)
+{
+    ck_assert_int_lt(e->n, 4);
+    while (p < end) {
+        uint64_t key = varint(&p, end);
+        if (key == (1 << 3 | 2)) {
+            uint64_t n = varint(&p, end);
+            ck_assert(n < 32 && p + n <= end);
+            memcpy(e->tags[e->n], p, n);
+            e->tags[e->n][n] = 0;
+            p += n;
+        } else if (key == (2 << 3 | 5)) {
+            uint32_t b = (uint32_t)le(p, 4);
+            memcpy(&e->values[e->n], &b, 4);
+            p += 4;
+        } else {
+            ck_abort_msg("unexpected Summary.Value key %llu", (unsigned long long)key);
+        }
+    }
+    e->n++;
+}
+
+static void parse_event(const unsigned char *p, const unsigned char *end, tb_event *e)
+{
+    memset(e, 0, sizeof *e);
+    while (p < end) {
+        uint64_t key = varint(&p, end);
+        if (key == (1 << 3 | 1)) {
+            uint64_t b = le(p, 8);
+            memcpy(&e->wall, &b, 8);
+            p += 8;
+        } else if (key == (2 << 3 | 0)) {
+            e->step = (int64_t)varint(&p, end);
+        } else if (key == (3 << 3 | 2)) {
+            uint64_t n = varint(&p, end);
+            ck_assert(n < 32 && p + n <= end);
+            memcpy(e->version, p, n);
+            p += n;
+        } else if (key == (5 << 3 | 2)) {
+            uint64_t n = varint(&p, end);
+            const unsigned char *s = p, *se = p + n;
+            ck_assert(se <= end);
+            while (s < se) {
+                ck_assert_int_eq(varint(&s, se), 1 << 3 | 2);   /* Summary.value */
+                uint64_t vn = varint(&s, se);
+                parse_value(s, s + vn, e);
+                s += vn;
+            }
+            p = se;
+        } else {
+            ck_abort_msg("unexpected Event key %llu", (unsigned long long)key);
+        }
+    }
+}
+
+/* Every record of the file at path, checked frame by frame; returns the count. */
+static int read_events(const char *path, tb_event *out, int cap)
+{
+    FILE *f = fopen(path, "rb");
+    ck_assert_ptr_nonnull(f);
+    unsigned char hdr[12], *data = NULL;
+    int n = 0;
+    while (fread(hdr, 1, 12, f) == 12) {
+        uint64_t len = le(hdr, 8);
+        ck_assert_uint_eq(unmask((uint32_t)le(hdr + 8, 4)), crc32c_bitwise(hdr, 8));
+        data = realloc(data, len + 4);
+        ck_assert_uint_eq(fread(data, 1, len + 4, f), len + 4);
+        ck_assert_uint_eq(unmask((uint32_t)le(data + len, 4)), crc32c_bitwise(data, len));
+        ck_assert_int_lt(n, cap);
+        parse_event(data, data + len, &out[n++]);
+    }
+    ck_assert(feof(f));
+    free(data);
+    fclose(f);
+    return n;
+}
+
+START_TEST(crc32c_vectors)
+{
+    /* RFC 3720, appendix B.4, and the classic check value */
+    unsigned char b[32];
+    memset(b, 0, 32);
+    ck_assert_uint_eq(em__crc32c(b, 32), 0x8a9136aau);
+    memset(b, 0xff, 32);
+    ck_assert_uint_eq(em__crc32c(b, 32), 0x62a8ab43u);
+    for (int i = 0; i < 32; i++) b[i] = (unsigned char)i;
+    ck_assert_uint_eq(em__crc32c(b, 32), 0x46dd794eu);
+    ck_assert_uint_eq(em__crc32c("123456789", 9), 0xe3069283u);
+    ck_assert_uint_eq(crc32c_bitwise((const unsigned char *)"123456789", 9), 0xe3069283u);
+}
+END_TEST
+
+START_TEST(tensorboard_events)
+{
+    char dir[] = "/tmp/ember_test_tb_XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char logdir[64];
+    snprintf(logdir, sizeof logdir, "%s/run1", dir);   /* created by the writer */
+    em_tb_writer *w = em_tb_writer_new(NULL, logdir);
+    ck_assert_msg(w, "%s", em_last_error());
+    const char *path = em_tb_writer_path(w);
+    ck_assert_msg(strncmp(path, logdir, strlen(logdir)) == 0 && strstr(path, "/events.out.tfevents."), "%s", path);
+    const char *names[] = {"train/loss", "lr", "dev/accuracy"};
+    ck_assert_int_eq(em_tb_writer_add_scalars(w, 1, 2, names, (double[]){0.6931, 2e-5}), EM_OK);
+    ck_assert_int_eq(em_tb_writer_add_scalars(w, 300, 1, names + 2, (double[]){0.8016}), EM_OK);
+    ck_assert_int_eq(em_tb_writer_add_scalars(w, 1LL << 40, 1, names, (double[]){-1.5}), EM_OK);
+    tb_event ev[8];
+    int n = read_events(path, ev, 8);   /* readable before the writer is freed */
+    ck_assert_int_eq(n, 4);
+    ck_assert_str_eq(ev[0].version, "brain.Event:2");
+    ck_assert_int_eq(ev[0].n, 0);
+    ck_assert(ev[0].wall > 1.7e9);   /* seconds since 1970, now */
+    ck_assert_int_eq(ev[1].step, 1);
+    ck_assert_int_eq(ev[1].n, 2);
+    ck_assert_str_eq(ev[1].tags[0], "train/loss");
+    ck_assert_str_eq(ev[1].tags[1], "lr");
+    ck_assert(ev[1].values[0] == 0.6931f && ev[1].values[1] == 2e-5f);
+    ck_assert(ev[2].step == 300 && ev[2].n == 1 && ev[2].values[0] == 0.8016f);
+    ck_assert_str_eq(ev[2].tags[0], "dev/accuracy");
+    ck_assert(ev[3].step == 1LL << 40 && ev[3].values[0] == -1.5f);
+    ck_assert(ev[3].wall >= ev[1].wall);
+    em_tb_writer_free(w);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
+START_TEST(tensorboard_errors_name_the_path)
+{
+    em_clear_error();
+    ck_assert_ptr_null(em_tb_writer_new(NULL, "/nonexistent-dir-ember/runs/x"));
+    ck_assert_int_eq(em_last_status(), EM_ERR_IO);
+    ck_assert_msg(strstr(em_last_error(), "/nonexistent-dir-ember/runs/x"), "got: %s", em_last_error());
+    em_tb_writer_free(NULL);
+}
+END_TEST
+
 static Suite *make_suite(void)
 {
     Suite *s = suite_create("progress");
@@ -218,6 +402,9 @@ static Suite *make_suite(void)
     TCase *tl = tcase_create("logger");
     tcase_add_test(tl, logger_lines);
     tcase_add_test(tl, logger_errors_name_the_path);
+    tcase_add_test(tl, crc32c_vectors);
+    tcase_add_test(tl, tensorboard_events);
+    tcase_add_test(tl, tensorboard_errors_name_the_path);
     suite_add_tcase(s, tl);
     return s;
 }
