@@ -62,6 +62,14 @@ void em_register_hook(em_tensor *t, em_grad_hook fn, void *user);
  * all-reduces from here). Hooks fire in the order they were registered. */
 typedef void (*em_post_accumulate_hook)(em_tensor *leaf, void *user);
 void em_register_post_accumulate_grad_hook(em_tensor *leaf, em_post_accumulate_hook fn, void *user);
+/** Removes the hook registered on t as (fn, user) (torch's handle.remove();
+ * here the pair is the handle). Returns true when one was found and removed,
+ * false otherwise (also for a tensor with no autograd history). Only the first
+ * match goes; later hooks keep their order. Not from inside a hook that runs
+ * on the same tensor during backward. */
+bool em_remove_hook(em_tensor *t, em_grad_hook fn, void *user);
+/** em_remove_hook for a post-accumulate-grad hook on a leaf. */
+bool em_remove_post_accumulate_grad_hook(em_tensor *leaf, em_post_accumulate_hook fn, void *user);
 
 /* ---- gradcheck ------------------------------------------------------------------ */
 /* f maps n f64 inputs to one f64 output. Compares the analytic gradient of

@@ -296,6 +296,32 @@ void em_register_hook(em_tensor *t, em_grad_hook fn, void *user)
         em__misuse("em_register_hook", "out of memory");
 }
 
+/* Drops the first (fn, user) entry of l, keeping the others' order. */
+static bool hook_list_remove(em_hook_list *l, void (*fn)(void), void *user)
+{
+    for (int i = 0; i < l->n; i++)
+        if (l->items[i].fn == fn && l->items[i].user == user) {
+            memmove(&l->items[i], &l->items[i + 1], sizeof *l->items * (size_t)(l->n - i - 1));
+            l->n--;
+            return true;
+        }
+    return false;
+}
+
+bool em_remove_hook(em_tensor *t, em_grad_hook fn, void *user)
+{
+    if (!t || !t->ag) return false;
+    em_node *n = t->ag->grad_fn ? t->ag->grad_fn : t->ag->acc;
+    int nr = t->ag->grad_fn ? t->ag->output_nr : 0;
+    return n && hook_list_remove(&n->pre_hooks[nr], (void (*)(void))fn, user);
+}
+
+bool em_remove_post_accumulate_grad_hook(em_tensor *leaf, em_post_accumulate_hook fn, void *user)
+{
+    if (!leaf || !leaf->ag || leaf->ag->grad_fn || !leaf->ag->acc) return false;
+    return hook_list_remove(&leaf->ag->acc->post_hooks, (void (*)(void))fn, user);
+}
+
 void em_register_post_accumulate_grad_hook(em_tensor *leaf, em_post_accumulate_hook fn, void *user)
 {
     if (!needs_grad(leaf) || leaf->ag->grad_fn) {

@@ -499,14 +499,7 @@ static void on_grad_ready(em_tensor *leaf, void *user)
 
 static void unhook(ddp_param *p)
 {
-    if (!p->hooked || !p->t->ag || !p->t->ag->acc) return;
-    em_hook_list *l = &p->t->ag->acc->post_hooks;
-    for (int i = 0; i < l->n; i++)
-        if (l->items[i].fn == (void (*)(void))on_grad_ready && l->items[i].user == &p->slot) {
-            memmove(&l->items[i], &l->items[i + 1], sizeof *l->items * (size_t)(l->n - i - 1));
-            l->n--;
-            break;
-        }
+    if (p->hooked) em_remove_post_accumulate_grad_hook(p->t, on_grad_ready, &p->slot);
     p->hooked = false;
 }
 

@@ -131,6 +131,32 @@ START_TEST(hooks_fire_in_order)
 }
 END_TEST
 
+/* Removal by (fn, user): only the first match goes, the rest keep their order;
+ * a pair never registered, or a tensor with no history, is a false. */
+START_TEST(hooks_removed)
+{
+    EM_SCOPE {
+        ntrace = 0;
+        em_tensor *x = leaf(1.0);
+        static const char *P = "P", *Q = "Q", *A = "A", *D = "D";
+        em_register_post_accumulate_grad_hook(x, post_hook, (void *)P);
+        em_register_post_accumulate_grad_hook(x, post_hook, (void *)Q);
+        em_register_post_accumulate_grad_hook(x, post_hook, (void *)P);
+        em_register_hook(x, grad_hook, (void *)A);
+        em_register_hook(x, grad_hook, (void *)D);
+        ck_assert(em_remove_post_accumulate_grad_hook(x, post_hook, (void *)P));
+        ck_assert(em_remove_hook(x, grad_hook, (void *)D));
+        ck_assert(!em_remove_hook(x, grad_hook, (void *)D));        /* already gone */
+        ck_assert(!em_remove_hook(x, grad_hook, (void *)"other"));  /* never registered */
+        ck_assert(!em_remove_post_accumulate_grad_hook(em_ones(EM_SHAPE(2), EM_F64, EM_CPU), post_hook, (void *)P));
+        em_backward(em_sum(em_mul(x, x), 0, NULL, false));
+        trace[ntrace] = 0;
+        ck_assert_str_eq(trace, "AQP");
+        ck_assert_double_eq(em_get(em_grad(x), (int64_t[]){0}), 2.0);   /* D's x10 is gone */
+    }
+}
+END_TEST
+
 /* 1,000 forward/backward iterations inside scopes return to the baseline. */
 START_TEST(training_steps_return_to_baseline)
 {
@@ -201,6 +227,7 @@ int main(void)
     tcase_add_test(tc, broadcast_gradients_reduce_to_input_shape);
     tcase_add_test(tc, explicit_gradient_for_non_scalar);
     tcase_add_test(tc, hooks_fire_in_order);
+    tcase_add_test(tc, hooks_removed);
     tcase_add_test(tc, training_steps_return_to_baseline);
     suite_add_tcase(s, tc);
     TCase *tm = tcase_create("misuse");
