@@ -14,6 +14,7 @@
  * loader a plain counter cycles 1..K. */
 #include "distributed/accelerator_internal.h"
 #include "distributed/ddp_internal.h"
+#include "distributed/pg_internal.h"
 #include "nn/nn_internal.h"
 
 #include <math.h>
@@ -83,6 +84,35 @@ static void free_world(void)
     g_world = NULL;
 }
 
+/* This rank's device: cuda:<local rank> when a GPU is there and the CPU was
+ * not asked for (opts.cpu, or EMBER_USE_CPU = true/1/yes), else the CPU.
+ * A local rank without a GPU of its own is an error (NCCL takes one GPU per
+ * rank), and so are several processes on GPUs in a build without NCCL. */
+static em_status pick_device(em_accelerator *acc, bool cpu, em_device *out)
+{
+    *out = EM_CPU;
+    const char *e = getenv("EMBER_USE_CPU");
+    if (e && *e) {
+        if (!strcasecmp(e, "true") || !strcmp(e, "1") || !strcasecmp(e, "yes")) cpu = true;
+        else if (strcasecmp(e, "false") && strcmp(e, "0") && strcasecmp(e, "no"))
+            return em__fail(EM_ERR_INVALID, "em_accelerator_new: EMBER_USE_CPU='%s' is not true or false", e);
+    }
+    const em_backend *b = em__backend(EM_DEVICE_CUDA);
+    int n = b && b->device_count ? b->device_count() : 0;
+    if (cpu || n == 0) return EM_OK;
+    if (acc->local_rank >= n)
+        return em__fail(EM_ERR_INVALID,
+                        "em_accelerator_new: local rank %d has no GPU of its own (%d visible on this node; each "
+                        "process needs one): run at most %d processes per node, or train on the CPU (--cpu, "
+                        "EMBER_USE_CPU=true, or .cpu = true)", acc->local_rank, n, n);
+    if (acc->world > 1 && !em__pg_nccl_built())
+        return em__fail(EM_ERR_UNSUPPORTED,
+                        "em_accelerator_new: %d processes on GPUs need NCCL, and this ember was built without it: "
+                        "train on the CPU (--cpu, EMBER_USE_CPU=true, or .cpu = true)", acc->world);
+    *out = EM_CUDA(acc->local_rank);
+    return EM_OK;
+}
+
 static em_process_group *default_group(const em_pg_opts *opts)
 {
     if (g_world) return g_world;
@@ -119,7 +149,7 @@ em_accelerator *em_accelerator_new(const em_accelerator_opts *opts)
     acc->auto_naming = o.automatic_checkpoint_naming;
     acc->total_limit = o.total_limit;
     acc->ddp_opts = o.ddp;
-    acc->device = EM_CPU;   /* tensor/ exposes no GPU count yet: every rank computes on the CPU */
+    acc->device = EM_CPU;   /* pick_device below, once the rank is known */
     acc->sync = true;
     acc->window_len = 1;
     if (o.project_dir) {
@@ -135,6 +165,7 @@ em_accelerator *em_accelerator_new(const em_accelerator_opts *opts)
     acc->rank = em_pg_rank(acc->pg);
     acc->world = em_pg_world_size(acc->pg);
     acc->local_rank = em_pg_local_rank(acc->pg);
+    if (pick_device(acc, o.cpu, &acc->device) != EM_OK) goto fail;
     em__nn_set_process(acc->rank, acc->world);
     if (mp == EM_MP_FP16 && !(acc->scaler = em_grad_scaler_new(&o.scaler))) goto fail;
     return acc;
@@ -305,6 +336,15 @@ void em__acc_snapshot_loaders(em_accelerator *acc)
     for (int i = 0; i < acc->n_loaders; i++) acc->loaders[i].seen = em_dataloader_state(acc->loaders[i].dl);
 }
 
+/* The batch's tensors on dev (new tensors in the current scope). */
+static bool batch_to(em_batch *b, em_device dev)
+{
+    em_tensor **ts[] = {&b->input_ids, &b->attention_mask, &b->token_type_ids, &b->labels};
+    for (size_t i = 0; i < sizeof ts / sizeof *ts; i++)
+        if (*ts[i] && !(*ts[i] = em_to(*ts[i], dev))) return false;
+    return true;
+}
+
 bool em_accelerator_next(em_accelerator *acc, em_dataloader *dl, em_batch *out)
 {
     ACC_CHECK(acc && dl && out, "em_accelerator_next", false, "%s is NULL",
@@ -323,6 +363,11 @@ bool em_accelerator_next(em_accelerator *acc, em_dataloader *dl, em_batch *out)
     }
     l->seen = em_dataloader_state(dl);
     l->tick = ++acc->tick;
+    if (acc->device.type != EM_DEVICE_CPU && !batch_to(out, acc->device)) {
+        close_batch_scope(l);   /* the error stays set (em_last_error) */
+        memset(out, 0, sizeof *out);
+        return false;
+    }
     return true;
 }
 

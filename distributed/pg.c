@@ -1,13 +1,21 @@
 /* ember — the process group: joining the world described by the launcher's
  * environment, validating collective calls, and the world of one.
  *
- * A world of one (no launcher) makes no MPI call at all: collectives are
- * no-ops or copies. A larger world initializes MPI, starts the communication
- * thread (comm_thread.c) and hands it every collective as a job; synchronous
- * calls wait for their job, em_pg_all_reduce_async returns it as an em_work.
+ * A world of one (no launcher) makes no MPI call at all: collectives on CPU
+ * tensors are no-ops or copies. A larger world initializes MPI, starts the
+ * communication thread (comm_thread.c) and hands it every collective on CPU
+ * tensors as a job; synchronous calls wait for their job,
+ * em_pg_all_reduce_async returns it as an em_work.
  *
- * Errors: misuse (a NULL group, a CUDA or non-contiguous tensor, AVG of
- * integers, mismatched shapes on this rank) goes to the misuse handler.
+ * CUDA tensors go to NCCL (pg_nccl.c) in every world, a world of one
+ * included (a one-rank communicator): issued on the caller's thread, ordered
+ * after the compute stream's work; the synchronous calls return once the
+ * result is there. all_gather first exchanges the dim-0 sizes over MPI (not
+ * in a world of one). A build without NCCL treats a CUDA tensor as misuse.
+ *
+ * Errors: misuse (a NULL group, a non-contiguous tensor, a CUDA tensor
+ * without NCCL or on another GPU than the group's, AVG of integers,
+ * mismatched shapes on this rank) goes to the misuse handler.
  * Failures between ranks come back as em_status with em_last_error() set on
  * the calling thread: EM_ERR_INVALID when ranks called different collectives
  * or different sizes (the group stays usable), EM_ERR_TIMEOUT or EM_ERR_COMM
@@ -143,6 +151,7 @@ void em_pg_free(em_process_group *pg)
 {
     if (!pg)
         return;
+    em__pg_nccl_free(pg);   /* before MPI goes */
     if (pg->world > 1) {
         em__pg_thread_stop(pg);
         em__pg_shm_free(pg);
@@ -167,9 +176,15 @@ static bool check_tensor(em_process_group *pg, em_tensor *t, const char *op, con
     }
     if (!t)
         return false;
-    if (t->device.type != EM_DEVICE_CPU) {
+    if (t->device.type == EM_DEVICE_CUDA && !em__pg_nccl_built()) {
         char dev[16];
-        em__misuse(op, "%s is on %s; this process group takes CPU tensors", what, em_device_str(t->device, dev));
+        em__misuse(op, "%s is on %s; this process group takes CPU tensors (this ember was built without NCCL)", what,
+                   em_device_str(t->device, dev));
+        return false;
+    }
+    if (t->device.type != EM_DEVICE_CPU && t->device.type != EM_DEVICE_CUDA) {
+        char dev[16];
+        em__misuse(op, "%s is on %s; this process group takes CPU and CUDA tensors", what, em_device_str(t->device, dev));
         return false;
     }
     if (!em_is_contiguous(t)) {
@@ -202,12 +217,16 @@ static em_status failed_input(void)
     return em_last_status() != EM_OK ? em_last_status() : EM_ERR_INVALID;
 }
 
+static bool is_cuda(const em_tensor *t) { return t->device.type == EM_DEVICE_CUDA; }
+
 static void job_from(em__pg_job *job, int kind, em_tensor *t)
 {
     memset(job, 0, sizeof *job);
     job->kind = kind;
     if (!t)
         return;
+    job->cuda = is_cuda(t);
+    job->device = t->device.index;
     job->dtype = t->dtype;
     job->buf = em_data_ptr(t);
     job->numel = em_numel(t);
@@ -228,6 +247,16 @@ static em_status run_sync(em_process_group *pg, em__pg_job *job, const char *fn)
     return EM_OK;
 }
 
+/* A CUDA job through NCCL, waited for (the compute stream and the host). */
+static em_status run_nccl(em_process_group *pg, em__pg_job *job, const char *fn)
+{
+    if (em__pg_nccl_start(pg, job, fn) == EM_OK)
+        em__pg_nccl_wait(pg, job);
+    if (job->status != EM_OK)
+        return em__fail(job->status, "%s: %s", fn, job->msg);
+    return EM_OK;
+}
+
 /* ---- collectives ---- */
 
 em_status em_pg_all_reduce(em_process_group *pg, em_tensor *t, em_reduce_op op)
@@ -238,12 +267,12 @@ em_status em_pg_all_reduce(em_process_group *pg, em_tensor *t, em_reduce_op op)
     if (!check_reduction(t, op, fn))
         return EM_ERR_INVALID;
     t->storage->version++;
-    if (pg->world == 1)
+    if (pg->world == 1 && !is_cuda(t))
         return EM_OK;   /* sum, max, min and avg of one value are that value */
     em__pg_job job;
     job_from(&job, EM__PG_ALL_REDUCE, t);
     job.red = op;
-    return run_sync(pg, &job, fn);
+    return job.cuda ? run_nccl(pg, &job, fn) : run_sync(pg, &job, fn);
 }
 
 em_status em_pg_broadcast(em_process_group *pg, em_tensor *t, int root)
@@ -255,14 +284,14 @@ em_status em_pg_broadcast(em_process_group *pg, em_tensor *t, int root)
         em__misuse(fn, "root %d is not a rank of this world of %d", root, pg->world);
         return EM_ERR_INVALID;
     }
-    if (pg->world == 1)
+    if (pg->world == 1 && !is_cuda(t))
         return EM_OK;
     if (pg->rank != root)
         t->storage->version++;
     em__pg_job job;
     job_from(&job, EM__PG_BROADCAST, t);
     job.root = root;
-    return run_sync(pg, &job, fn);
+    return job.cuda ? run_nccl(pg, &job, fn) : run_sync(pg, &job, fn);
 }
 
 em_status em_pg_all_gather(em_process_group *pg, em_tensor *t, em_tensor **out)
@@ -275,7 +304,7 @@ em_status em_pg_all_gather(em_process_group *pg, em_tensor *t, em_tensor **out)
     *out = NULL;
     if (!check_tensor(pg, t, fn, "tensor"))
         return failed_input();
-    if (pg->world == 1) {
+    if (pg->world == 1 && !is_cuda(t)) {
         em_tensor *r;
         em_scope_begin();
         r = em_clone(t);
@@ -292,7 +321,13 @@ em_status em_pg_all_gather(em_process_group *pg, em_tensor *t, em_tensor **out)
     job.counts = em__malloc(sizeof(int64_t) * (size_t)pg->world);
     if (!job.counts)
         return EM_ERR_OOM;
-    em_status s = run_sync(pg, &job, fn);
+    /* the dim-0 sizes (and the check that the other dims agree) over MPI,
+     * for CUDA tensors too; a world of one knows them */
+    em_status s = EM_OK;
+    if (pg->world > 1)
+        s = run_sync(pg, &job, fn);
+    else
+        job.counts[0] = job.shape[0];
     if (s == EM_OK) {
         int64_t shape[EM_MAX_DIMS], total = 0;
         memcpy(shape, job.shape, sizeof shape);
@@ -302,7 +337,7 @@ em_status em_pg_all_gather(em_process_group *pg, em_tensor *t, em_tensor **out)
         /* In a scope of its own, so that a failure frees it; failing to
          * allocate leaves the peers in the data step until they time out. */
         em_scope_begin();
-        em_tensor *r = em__empty(job.ndim, shape, t->dtype, EM_CPU);
+        em_tensor *r = em__empty(job.ndim, shape, t->dtype, t->device);
         if (!r) {
             s = EM_ERR_OOM;
         } else {
@@ -313,7 +348,7 @@ em_status em_pg_all_gather(em_process_group *pg, em_tensor *t, em_tensor **out)
             job.counts = counts;
             job.out = em_data_ptr(r);
             job.out_numel = em_numel(r);
-            s = run_sync(pg, &job, fn);
+            s = job.cuda ? run_nccl(pg, &job, fn) : run_sync(pg, &job, fn);
             if (s == EM_OK)
                 *out = em_keep(r);
         }
@@ -330,6 +365,12 @@ em_status em_pg_reduce_scatter(em_process_group *pg, em_tensor *in, em_tensor *o
         return failed_input();
     if (!check_reduction(in, op, fn))
         return EM_ERR_INVALID;
+    if (!em_device_eq(in->device, out->device)) {
+        char a[16], b[16];
+        em__misuse(fn, "in is on %s and out on %s; they must be on one device", em_device_str(in->device, a),
+                   em_device_str(out->device, b));
+        return EM_ERR_INVALID;
+    }
     bool ok = in->dtype == out->dtype && in->ndim >= 1 && in->ndim == out->ndim &&
               in->shape[0] == (int64_t)pg->world * out->shape[0];
     for (int d = 1; ok && d < in->ndim; d++)
@@ -341,14 +382,14 @@ em_status em_pg_reduce_scatter(em_process_group *pg, em_tensor *in, em_tensor *o
         return EM_ERR_INVALID;
     }
     out->storage->version++;
-    if (pg->world == 1)
+    if (pg->world == 1 && !is_cuda(in))
         return em_copy_(out, in) ? EM_OK : failed_input();
     em__pg_job job;
     job_from(&job, EM__PG_REDUCE_SCATTER, in);
     job.red = op;
     job.out = em_data_ptr(out);
     job.out_numel = em_numel(out);
-    return run_sync(pg, &job, fn);
+    return job.cuda ? run_nccl(pg, &job, fn) : run_sync(pg, &job, fn);
 }
 
 em_status em_pg_barrier(em_process_group *pg)
@@ -379,7 +420,9 @@ em_work *em_pg_all_reduce_async(em_process_group *pg, em_tensor *t, em_reduce_op
     w->job.pg = pg;
     w->job.hold = em_retain(t);   /* released by em_work_wait */
     t->storage->version++;
-    if (pg->world == 1)
+    if (w->job.cuda)
+        em__pg_nccl_start(pg, &w->job, fn);   /* a failure waits in the job for em_work_wait */
+    else if (pg->world == 1)
         w->job.done = 1;
     else
         em__pg_submit(pg, &w->job);
@@ -391,7 +434,9 @@ em_status em_work_wait(em_work *w)
     if (!w)
         return failed_input();
     em_process_group *pg = w->job.pg;
-    if (pg->world > 1)
+    if (w->job.cuda)
+        em__pg_nccl_wait(pg, &w->job);
+    else if (pg->world > 1)
         em__pg_wait(pg, &w->job);
     em_status s = w->job.status;
     if (s != EM_OK)

@@ -1,14 +1,18 @@
 /* ember — distributed/: internals of the process group, shared by pg.c (the
  * public API and the world of one), comm_thread.c (the queue, the thread that
- * runs every collective, waiting with deadlines), pg_mpi.c (the MPI backend)
- * and pg_shm.c (the shared-memory all-reduce for ranks on one node).
+ * runs every collective, waiting with deadlines), pg_mpi.c (the MPI backend),
+ * pg_shm.c (the shared-memory all-reduce for ranks on one node) and
+ * pg_nccl.c (NCCL for CUDA tensors).
  * Not installed.
  *
  * Threads: when world > 1, every MPI call happens on the communication
  * thread. The public functions validate their arguments on the caller's
  * thread, fill an em__pg_job, enqueue it and (for the synchronous ones) wait
  * for it. Jobs run one at a time, in the order they were enqueued, so every
- * rank issues its collectives in its program order.
+ * rank issues its collectives in its program order. CUDA tensors take NCCL
+ * instead, issued on the caller's thread in program order (NCCL calls only
+ * enqueue work on a stream); only their bootstrap and all_gather's size
+ * exchange go through the MPI queue.
  */
 #ifndef EMBER_PG_INTERNAL_H
 #define EMBER_PG_INTERNAL_H
@@ -56,10 +60,16 @@ typedef struct em__pg_job {
     /* async bookkeeping (pg.c) */
     em_tensor *hold;               /* a reference kept until em_work_wait */
     em_process_group *pg;
+    /* CUDA jobs (pg_nccl.c): run by NCCL on the caller's thread, never queued */
+    bool cuda;
+    int device;                    /* the CUDA ordinal of the tensors */
+    void *event;                   /* cudaEvent_t recorded after the collective, until waited */
+    double t0;                     /* when it was issued (the timeout counts from here) */
 } em__pg_job;
 
 typedef struct em__pg_mpi em__pg_mpi;   /* pg_mpi.c */
 typedef struct em__pg_shm em__pg_shm;   /* pg_shm.c */
+typedef struct em__pg_nccl em__pg_nccl; /* pg_nccl.c */
 
 struct em_process_group {
     int rank, world, local_rank;
@@ -82,6 +92,7 @@ struct em_process_group {
 
     em__pg_mpi *mpi;
     em__pg_shm *shm;
+    em__pg_nccl *nccl;             /* made at the first CUDA collective */
 };
 
 /* ---- comm_thread.c ---- */
@@ -135,6 +146,32 @@ bool em__pg_shm_wants(em_process_group *pg, const em__pg_job *job);
 bool em__pg_shm_all_reduce(em_process_group *pg, em__pg_job *job, double t0);
 /* True when a node-local peer process is gone; writes "rank 1 (pid 123)". */
 bool em__pg_shm_dead_peer(em_process_group *pg, char *buf, size_t cap);
+
+/* ---- pg_nccl.c ---- (CUDA tensors; everything on the caller's thread)
+ * The NCCL communicator is made at the first CUDA collective, on the device
+ * of its tensor: rank 0's ncclUniqueId travels by an MPI broadcast job (a
+ * world of one makes it locally: a one-rank communicator, no MPI). Each
+ * collective is ordered after the work queued so far on the device's compute
+ * stream (an event), runs on the communication stream, and records a
+ * completion event in job->event. */
+/* False when ember was built without CUDA or without NCCL. */
+bool em__pg_nccl_built(void);
+/* Issues job (filled by pg.c: kind ALL_REDUCE, BROADCAST, REDUCE_SCATTER or
+ * ALL_GATHER_DATA with counts; cuda, device, buf, out set) without waiting.
+ * On failure job->status/msg are set and no event is left. fn names the
+ * public call in misuse messages (a tensor on another device than the
+ * communicator's). */
+em_status em__pg_nccl_start(em_process_group *pg, em__pg_job *job, const char *fn);
+/* Makes the device's compute stream wait for job->event, then polls it (and
+ * ncclCommGetAsyncError) on the host until it completed or the group's
+ * timeout passed: then ncclCommAbort, EM_ERR_TIMEOUT naming op, rank, world,
+ * bytes and device, and the group is broken. Sets job->status/msg; no-op when
+ * the start failed. */
+em_status em__pg_nccl_wait(em_process_group *pg, em__pg_job *job);
+/* Destroys the communicator (aborts it when the group is broken). */
+void em__pg_nccl_free(em_process_group *pg);
+/* Collectives issued through NCCL so far (tests check the routing). */
+uint64_t em__pg_nccl_count(const em_process_group *pg);
 
 /* ---- pg_reduce.c: reductions the backends share ---- */
 /* dst[i] = op over src[0..n_src-1][i], sources combined in order; AVG divides
