@@ -185,6 +185,57 @@ START_TEST(seqcls_logits_loss_and_every_gradient_match_hf)
 }
 END_TEST
 
+/* The BERT layout (token types, pooler, classifier on the pooled output):
+ * BertForSequenceClassification's logits, loss and the gradient of every
+ * parameter (fixture bert-tiny-cls), with the same per-tensor criterion. */
+START_TEST(bert_seqcls_logits_loss_and_every_gradient_match_hf)
+{
+    int64_t base = tu_live_bytes();
+    em_bert_seqcls *m = NULL;
+    em_load_report rep;
+    ck_status(em_bert_seqcls_from_pretrained(tu_fixture_path("bert-tiny-cls"), &(em_pretrained_opts){.strict = true},
+                                             &m, &rep),
+              EM_OK);
+    ck_assert_int_eq(rep.n_missing + rep.n_unexpected + rep.n_mismatched, 0);
+    ck_assert_int_eq(m->config.num_labels, 3);
+    em_module_train(&m->base, false);
+    em_safetensors *g = golden_file("bert_tiny_cls_golden.safetensors");
+    int n_grads = 0;
+    EM_SCOPE {
+        em_seqcls_output out = em_bert_seqcls_forward(
+            m, &(em_seqcls_inputs){.input_ids = em_safetensors_get(g, "input_ids"),
+                                   .attention_mask = em_safetensors_get(g, "attention_mask"),
+                                   .token_type_ids = em_safetensors_get(g, "token_type_ids"),
+                                   .labels = em_safetensors_get(g, "labels")});
+        double e_logits = normwise_err(out.logits, em_safetensors_get(g, "logits"), 0);
+        double e_loss = normwise_err(out.loss, em_safetensors_get(g, "loss"), 0);
+        ck_assert_msg(e_logits < 1e-5 && e_loss < 1e-5, "logits %g, loss %g", e_logits, e_loss);
+        em_backward(out.loss);
+        double scale = 0;
+        for (int i = 0; i < em_safetensors_count(g); i++)
+            if (!strncmp(em_safetensors_name(g, i), "grad.", 5))
+                scale = fmax(scale, em_item(em_max_all(em_abs(em_safetensors_get(g, em_safetensors_name(g, i))))));
+        em_named_tensors ps = em_module_named_parameters(&m->base);
+        for (int i = 0; i < ps.n; i++) {
+            char key[256];
+            snprintf(key, sizeof key, "grad.%s", ps.items[i].name);
+            em_tensor *ref = em_safetensors_get(g, key), *got = em_grad(ps.items[i].tensor);
+            ck_assert_msg(ref != NULL, "no golden gradient for %s", ps.items[i].name);
+            ck_assert_msg(got != NULL, "no gradient for %s", ps.items[i].name);
+            double e = normwise_err(got, ref, 1e-3 * scale);
+            ck_assert_msg(e < 1e-5, "gradient of %s: normwise error %g", ps.items[i].name, e);
+            n_grads++;
+        }
+        em_named_tensors_free(&ps);
+    }
+    ck_assert_int_eq(n_grads, 41);   /* every parameter of the HF model, the pooler's included */
+    em_safetensors_close(g);
+    em_load_report_free(&rep);
+    em_module_free(&m->base);
+    ck_assert_int_eq(tu_live_bytes(), base);
+}
+END_TEST
+
 START_TEST(base_model_from_a_classifier_checkpoint_drops_the_prefix)
 {
     em_distilbert_model *m = NULL;
@@ -665,6 +716,7 @@ int main(void)
     Suite *s = suite_create("distilbert");
     TCase *tc = tcase_create("parity");
     tcase_add_test(tc, seqcls_logits_loss_and_every_gradient_match_hf);
+    tcase_add_test(tc, bert_seqcls_logits_loss_and_every_gradient_match_hf);
     tcase_add_test(tc, parameter_names_and_count_are_hf_s);
     tcase_add_test(tc, base_model_from_a_classifier_checkpoint_drops_the_prefix);
     tcase_add_test(tc, bf16_checkpoint_converts_to_f32);

@@ -11,6 +11,11 @@ thing (logits, loss and the gradient of every parameter).
                tests/fixtures/distilbert_tiny_golden.safetensors
                tests/fixtures/bert-tiny/                 (BertModel, MiniLM-style: no "bert." prefix)
                tests/fixtures/bert_tiny_golden.safetensors
+               tests/fixtures/bert-tiny-cls/             (BertForSequenceClassification with the pooler,
+                                                            token types, 3 labels)
+               tests/fixtures/bert_tiny_cls_golden.safetensors (its batch, logits, loss, every gradient)
+    /work/venv/bin/python tools/make-distilbert-fixture.py --bert-cls
+        writes only the last two (the others stay as they are)
 
     /work/venv/bin/python tools/make-distilbert-fixture.py --verify DIR
         loads DIR (a sequence classifier written by ember's em_save_pretrained
@@ -58,6 +63,8 @@ MLM_DIR = os.path.join(FIX, "distilbert-tiny-mlm")
 GOLDEN = os.path.join(FIX, "distilbert_tiny_golden.safetensors")
 BERT_DIR = os.path.join(FIX, "bert-tiny")
 BERT_GOLDEN = os.path.join(FIX, "bert_tiny_golden.safetensors")
+BERT_CLS_DIR = os.path.join(FIX, "bert-tiny-cls")
+BERT_CLS_GOLDEN = os.path.join(FIX, "bert_tiny_cls_golden.safetensors")
 
 LABELS = {0: "negative", 1: "neutral", 2: "positive"}
 LENGTHS = [12, 9, 5, 12]
@@ -179,6 +186,41 @@ def make_bert():
     print(f"wrote {BERT_DIR}, {BERT_GOLDEN}")
 
 
+def make_bert_cls():
+    """BertForSequenceClassification (pooler + classifier, token types, padding) with noisy weights:
+    logits, loss and the gradient of every parameter, for the BERT half of the parity test."""
+    torch.manual_seed(2)
+    g = torch.Generator().manual_seed(11)
+    cfg = BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                     intermediate_size=64, max_position_embeddings=32, type_vocab_size=2, num_labels=3)
+    model = BertForSequenceClassification(cfg)
+    perturb(model, g)
+    model.eval()
+    model.set_attn_implementation("eager")
+    ids = torch.randint(1, 100, (4, 9), generator=g, dtype=torch.int64)
+    mask = torch.ones(4, 9, dtype=torch.int64)
+    mask[1, 6:] = 0
+    mask[3, 4:] = 0
+    ids[mask == 0] = 0
+    types = torch.zeros(4, 9, dtype=torch.int64)
+    types[0, 5:] = 1
+    types[2, 3:7] = 1
+    labels = torch.tensor([2, 0, 1, 2], dtype=torch.int64)
+    model.zero_grad(set_to_none=True)
+    out = model(input_ids=ids, attention_mask=mask, token_type_ids=types, labels=labels)
+    out.loss.backward()
+    model.save_pretrained(BERT_CLS_DIR)
+    gold = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types, "labels": labels,
+            "logits": out.logits.detach().contiguous(), "loss": out.loss.detach().contiguous()}
+    for n, p in model.named_parameters():
+        gold["grad." + n] = p.grad.detach().contiguous()
+    save_file(gold, BERT_CLS_GOLDEN, metadata={"source": f"tools/make-distilbert-fixture.py, torch {torch.__version__}, "
+                                                          f"transformers {transformers.__version__}: "
+                                                          f"BertForSequenceClassification"})
+    print(f"wrote {BERT_CLS_DIR}, {BERT_CLS_GOLDEN}: loss {out.loss.item():.9g}, "
+          f"{sum(1 for _ in model.parameters())} gradients")
+
+
 def verify(path):
     with open(os.path.join(path, "config.json")) as f:
         cfg = json.load(f)
@@ -210,7 +252,10 @@ if __name__ == "__main__":
     torch.set_num_threads(1)   # bit-identical fixtures from run to run
     if len(sys.argv) == 3 and sys.argv[1] == "--verify":
         sys.exit(verify(sys.argv[2]))
+    if sys.argv[1:] == ["--bert-cls"]:
+        sys.exit(make_bert_cls())
     if len(sys.argv) != 1:
         sys.exit(__doc__)
     make()
     make_bert()
+    make_bert_cls()
