@@ -87,6 +87,31 @@ static em_dtype promote(em_dtype a, em_dtype b)
     return EM_F32;
 }
 
+/* The sum (or max) that reduce() computes, for a gradient on another device:
+ * the same reduction by ops on that device, in f64 (the widening is exact),
+ * read back as one number. The order of the additions is the device's, so the
+ * result can differ from the CPU's in the last bits. */
+static em_status device_reduce(em_tensor *g, int kind, double p, double *out)
+{
+    em_status st = EM_OK;
+    em_scope_begin();
+    em_tensor *c = em_to_dtype(g, EM_F64), *r = NULL;
+    if (c && em_numel(c) == 0) {
+        *out = 0;
+    } else if (c) {
+        switch (kind) {
+        case N_SQ: r = em_sum(em_mul(c, c), 0, NULL, false); break;
+        case N_ABS: r = em_sum(em_abs(c), 0, NULL, false); break;
+        case N_MAX: r = em_max_all(em_abs(c)); break;
+        default: r = em_sum(em_pow_scalar(em_abs(c), p), 0, NULL, false); break;
+        }
+        if (r) *out = em_item(r);
+    }
+    if (!c || (em_numel(c) > 0 && !r)) st = em_last_status() != EM_OK ? em_last_status() : EM_ERR_OOM;
+    em_scope_end();
+    return st;
+}
+
 em_status em_clip_grad_norm(em_tensor *const *params, int n, double max_norm, const em_clip_grad_opts *opts,
                             double *total_norm)
 {
@@ -107,11 +132,6 @@ em_status em_clip_grad_norm(em_tensor *const *params, int n, double max_norm, co
         if (!params[i]) return em_last_status() != EM_OK ? em_last_status() : EM_ERR_INVALID;
         em_tensor *g = em_grad(params[i]);
         if (!g) continue;
-        if (g->device.type != EM_DEVICE_CPU) {
-            char dev[16];
-            return em__fail(EM_ERR_UNSUPPORTED, "%s: the gradient of parameter %d is on %s; CPU gradients only", op, i,
-                            em_device_str(g->device, dev));
-        }
         rdt = rdt == EM_NUM_DTYPES ? g->dtype : promote(rdt, g->dtype);
     }
     if (rdt == EM_NUM_DTYPES) return EM_OK;   /* no gradients: torch returns 0 and clips nothing */
@@ -132,14 +152,21 @@ em_status em_clip_grad_norm(em_tensor *const *params, int n, double max_norm, co
     for (int i = 0; i < n && st == EM_OK; i++) {
         em_tensor *g = em_grad(params[i]);
         if (!g) continue;
-        em_tensor *c = em_contiguous(g);
-        if (c && c->dtype != EM_F32 && c->dtype != EM_F64) c = em_to_dtype(c, EM_F32);   /* exact widening */
-        if (!c) {
-            st = em_last_status();
-            break;
+        double part;
+        if (g->device.type != EM_DEVICE_CPU) {
+            st = device_reduce(g, kind, p, &part);
+            if (st != EM_OK) break;
+        } else {
+            em_tensor *c = em_contiguous(g);
+            if (c && c->dtype != EM_F32 && c->dtype != EM_F64) c = em_to_dtype(c, EM_F32);   /* exact widening */
+            if (!c) {
+                st = em_last_status();
+                break;
+            }
+            part = reduce(em_data_ptr(c), c->dtype, em_numel(c), kind, p);
         }
-        double norm = rnd(g->dtype, finish(reduce(em_data_ptr(c), c->dtype, em_numel(c), kind, p), kind, p));
-        if (em_numel(c) == 0) norm = 0;
+        double norm = rnd(g->dtype, finish(part, kind, p));
+        if (em_numel(g) == 0) norm = 0;
         norm = rnd(rdt, norm);   /* torch.stack promotes the norms */
         acc = kind == N_MAX ? nanmax(acc, norm) : kind == N_SQ ? acc + norm * norm : kind == N_ABS ? acc + fabs(norm)
                                                                                                    : acc + pow(norm, p);
@@ -158,16 +185,18 @@ em_status em_clip_grad_norm(em_tensor *const *params, int n, double max_norm, co
                 em_tensor *g = em_grad(params[i]);
                 if (!g) continue;
                 int64_t m = em_numel(g);
-                if (em_is_contiguous(g) && g->dtype == EM_F32) {
+                bool cpu = g->device.type == EM_DEVICE_CPU;
+                if (cpu && em_is_contiguous(g) && g->dtype == EM_F32) {
                     float *x = em_data_ptr(g), cf = (float)coef;
                     EM__OPT_PARALLEL(m, 32768, for (int64_t k = b; k < e; k++) x[k] *= cf);
                     g->storage->version++;
-                } else if (em_is_contiguous(g) && g->dtype == EM_F64) {
+                } else if (cpu && em_is_contiguous(g) && g->dtype == EM_F64) {
                     double *x = em_data_ptr(g);
                     EM__OPT_PARALLEL(m, 32768, for (int64_t k = b; k < e; k++) x[k] *= coef);
                     g->storage->version++;
                 } else {
-                    /* half dtypes and strided gradients: in f32 (torch's opmath), rounded back */
+                    /* half dtypes, strided and device gradients: in f32 (torch's
+                     * opmath), rounded back, by ops on the gradient's device */
                     em_tensor *w = em_to_dtype(g, g->dtype == EM_F64 ? EM_F64 : EM_F32);
                     em_tensor *prod = w ? em_mul_scalar(w, g->dtype == EM_F64 ? coef : (double)(float)coef) : NULL;
                     if (!prod || !em_copy_(g, prod)) st = em_last_status();

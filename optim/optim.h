@@ -204,7 +204,10 @@ void em_scheduler_free(em_scheduler *s);
  * f32, coefficient = max_norm * (1 / (total + 1e-6f)) in f32); sums are
  * accumulated in f64. A nonfinite total is returned as it is, and, as in torch,
  * the gradients are still multiplied (an inf total zeroes finite gradients and
- * turns infinite ones into NaN; a NaN total makes every gradient NaN). */
+ * turns infinite ones into NaN; a NaN total makes every gradient NaN).
+ * Gradients on a GPU are reduced there by ops, in f64, one read-back each (the
+ * order of the additions is the device's: the last bits may differ from the
+ * CPU's), and scaled there. */
 typedef struct em_clip_grad_opts {
     double norm_type;          /* 0 -> 2; INFINITY for the max-norm; any p > 0 */
     bool error_if_nonfinite;   /* nonfinite total: EM_ERR_INVALID, gradients untouched */
