@@ -368,6 +368,13 @@ bool em_accelerator_next(em_accelerator *acc, em_dataloader *dl, em_batch *out)
         memset(out, 0, sizeof *out);
         return false;
     }
+    /* torch's DDP syncs buffers before each forward; the batch is ember's "before" */
+    for (int i = 0; i < acc->n_models; i++)
+        if (acc->models[i].ddp && em_ddp_sync_buffers(acc->models[i].ddp) != EM_OK) {
+            close_batch_scope(l);
+            memset(out, 0, sizeof *out);
+            return false;
+        }
     return true;
 }
 

@@ -130,6 +130,8 @@ struct em_ddp {
     bool t0_marked;
     double t0;
     bool rebuilt;
+    bool sync_buffers;   /* torch's broadcast_buffers: em_ddp_sync_buffers broadcasts */
+    int n_buffers;       /* at construction; 0 makes em_ddp_sync_buffers free */
     int *observed, n_observed;   /* arrival order of the first synced backward */
     em_status err;       /* first launch failure of this step */
     char errmsg[512];
@@ -295,11 +297,10 @@ static em_status verify_same_model(em_process_group *pg, const em_named_tensors 
 
 /* ==== 2. rank 0's values everywhere ==================================================== */
 
-static em_status broadcast_states(em_process_group *pg, em_module *m, const em_named_tensors *bs)
+/* Every buffer from rank 0 (a strided one through a contiguous copy). */
+static em_status broadcast_buffer_list(em_process_group *pg, const em_named_tensors *bs)
 {
     em_status st = EM_OK;
-    for (int dt = 0; dt < EM_NUM_DTYPES && st == EM_OK; dt++)
-        if (m->flat_params[dt]) st = em_pg_broadcast(pg, m->flat_params[dt], 0);
     for (int i = 0; i < bs->n && st == EM_OK; i++) {
         em_tensor *b = bs->items[i].tensor;
         if (em_is_contiguous(b)) {
@@ -312,6 +313,15 @@ static em_status broadcast_states(em_process_group *pg, em_module *m, const em_n
         if (st == EM_OK) EM_NO_GRAD { if (!em_copy_(b, c)) st = EM_ERR_OOM; }
         em_scope_end();
     }
+    return st;
+}
+
+static em_status broadcast_states(em_process_group *pg, em_module *m, const em_named_tensors *bs)
+{
+    em_status st = EM_OK;
+    for (int dt = 0; dt < EM_NUM_DTYPES && st == EM_OK; dt++)
+        if (m->flat_params[dt]) st = em_pg_broadcast(pg, m->flat_params[dt], 0);
+    if (st == EM_OK) st = broadcast_buffer_list(pg, bs);
     if (st != EM_OK) {
         char msg[512];
         snprintf(msg, sizeof msg, "%s", em_last_error());
@@ -576,6 +586,8 @@ em_status em_ddp_new(em_module *model, em_process_group *pg, const em_ddp_opts *
         d->model = model;
         d->pg = pg;
         d->require_sync = true;
+        d->sync_buffers = !o.keep_local_buffers;
+        d->n_buffers = bs.n;
         d->first_cap_bytes = (o.first_bucket_cap_mb > 0 ? o.first_bucket_cap_mb : 1.0) * 1048576.0;
         d->cap_bytes = (o.bucket_cap_mb > 0 ? o.bucket_cap_mb : 25.0) * 1048576.0;
         for (int dt = 0; dt < EM_NUM_DTYPES; dt++) d->flat_grads[dt] = em_retain(model->flat_grads[dt]);
@@ -745,6 +757,24 @@ int em_ddp_buckets(const em_ddp *d, em_ddp_bucket_info *out, int cap)
 }
 
 /* ---- internal ---- */
+em_status em_ddp_sync_buffers(em_ddp *d)
+{
+    if (!d) {
+        em__misuse("em_ddp_sync_buffers", "DDP is NULL");
+        return EM_ERR_INVALID;
+    }
+    if (!d->sync_buffers || d->n_buffers == 0 || em_pg_world_size(d->pg) == 1) return EM_OK;
+    em_named_tensors bs = em_module_named_buffers(d->model, true);
+    em_status st = broadcast_buffer_list(d->pg, &bs);
+    em_named_tensors_free(&bs);
+    if (st != EM_OK) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", em_last_error());
+        return em__fail(st, "em_ddp_sync_buffers: broadcasting the buffers from rank 0 failed: %s", msg);
+    }
+    return EM_OK;
+}
+
 void em__ddp_mark_backward_begin(em_ddp *d)
 {
     d->t0 = now_ms();

@@ -90,12 +90,19 @@ typedef struct em_ddp em_ddp;
 typedef struct em_ddp_opts {
     double bucket_cap_mb;       /* 0 -> 25; the first bucket is capped at 1 MiB */
     double first_bucket_cap_mb; /* 0 -> 1 */
+    bool keep_local_buffers;    /**< torch's broadcast_buffers=False: em_ddp_sync_buffers does nothing */
 } em_ddp_opts;
 /* Wraps model (flattened first: gradients become views of one buffer, and a
  * bucket is a slice of it). Broadcasts the parameters from rank 0 and checks
  * that every rank has the same parameter shapes. */
 em_status em_ddp_new(em_module *model, em_process_group *pg, const em_ddp_opts *opts, em_ddp **out);
 void em_ddp_free(em_ddp *d);
+/** torch's DDP buffer sync before each forward: broadcasts every buffer
+ * (persistent or not) from rank 0 so that running statistics agree. The
+ * Accelerator calls it in em_accelerator_next. A no-op for a model without
+ * buffers, a world of one, or keep_local_buffers. EM_ERR_* naming the failed
+ * broadcast (e.g. a timeout) otherwise; NULL is misuse. */
+em_status em_ddp_sync_buffers(em_ddp *d);
 /* no_sync: while false, backward accumulates locally and starts no all-reduce. */
 void em_ddp_set_require_sync(em_ddp *d, bool sync);
 /* Call after em_backward: waits for every bucket, reduces the buckets whose

@@ -460,6 +460,30 @@ static void test_free_unhooks(em_process_group *pg)
     pass("em_ddp_free unhooks the parameters");
 }
 
+/* Buffers (running statistics) follow rank 0: at construction and at every
+ * em_ddp_sync_buffers; keep_local_buffers leaves each rank's own. */
+static void test_buffers(em_process_group *pg)
+{
+    int failed = g_failed;
+    for (int keep = 0; keep < 2; keep++) {
+        net *m = net_new(MODEL_MLP, 12, H, false);
+        em_tensor *stats = em_module_register_buffer(&m->base, "running_mean",
+                                                     em_full(EM_SHAPE(5), 10.0 + g_rank, EM_F32, EM_CPU), false);
+        em_ddp *d = NULL;
+        CHECK(em_ddp_new(&m->base, pg, &(em_ddp_opts){.keep_local_buffers = keep}, &d) == EM_OK, "%s", em_last_error());
+        CHECK(em_get(stats, (int64_t[]){4}) == 10.0, "construction: rank %d has %g", g_rank, em_get(stats, (int64_t[]){4}));
+        EM_NO_GRAD { em_fill_(stats, 100.0 + g_rank); }   /* each rank's forward updated its statistics */
+        CHECK(em_ddp_sync_buffers(d) == EM_OK, "%s", em_last_error());
+        double want = keep ? 100.0 + g_rank : 100.0;
+        for (int64_t i = 0; i < 5; i++)
+            CHECK(em_get(stats, &i) == want, "keep_local_buffers=%d: rank %d has %g, want %g", keep, g_rank,
+                  em_get(stats, &i), want);
+        em_ddp_free(d);
+        em_module_free(&m->base);
+    }
+    if (g_failed == failed) pass("buffers: broadcast from rank 0 at construction and by em_ddp_sync_buffers; kept with keep_local_buffers");
+}
+
 int main(void)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -493,6 +517,7 @@ int main(void)
     test_mismatch(pg);
     test_misuse(pg);
     test_free_unhooks(pg);
+    test_buffers(pg);
 
     EM_SCOPE {
         em_tensor *f = em_scalar((double)g_failed, EM_I64, EM_CPU);
