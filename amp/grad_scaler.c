@@ -11,8 +11,10 @@
  * run of gradients that are adjacent contiguous views of one storage (a flat
  * gradient buffer) is ONE OpenMP pass that multiplies by inv_scale and flags
  * non-finite values, as torch's _amp_foreach_non_finite_check_and_unscale_
- * does per tensor. Gradients elsewhere (another device, odd strides) go
- * through ordinary ops.
+ * does per tensor. Contiguous f32/f64 gradients on a device with a fused
+ * unscale (CUDA, em_backend.unscale) go to it in one call per device: one
+ * kernel over all of them and one read of its found_inf flag. Gradients
+ * elsewhere (odd strides, other dtypes) go through ordinary ops.
  */
 #include "amp/amp.h"
 #include "amp/amp_internal.h"
@@ -220,6 +222,34 @@ static em_status unscale_by_ops(em_tensor *g, float inv, bool *bad)
     return st;
 }
 
+/* A gradient the device path takes: contiguous f32/f64 on a device whose
+ * backend has the fused unscale (CUDA). */
+static bool device_ok(em_tensor *g)
+{
+    if (g->device.type == EM_DEVICE_CPU || !em_is_contiguous(g) || (g->dtype != EM_F32 && g->dtype != EM_F64))
+        return false;
+    const em_backend *be = em__backend((em_device_type)g->device.type);
+    return be && be->unscale;
+}
+
+/* Device gradients, collected and unscaled by one backend call (one kernel,
+ * one read of the flag) per stretch of gradients on one device. */
+typedef struct dev_batch {
+    em_tensor **t;
+    int n;
+    em_device dev;
+} dev_batch;
+
+static em_status flush_device(dev_batch *b, float inv, bool *bad)
+{
+    if (!b->n) return EM_OK;
+    bool found = false;
+    em_status st = em__backend((em_device_type)b->dev.type)->unscale(b->dev.index, b->t, b->n, inv, &found);
+    b->n = 0;
+    *bad |= found;
+    return st;
+}
+
 em_status em_grad_scaler_unscale_(em_grad_scaler *s, em_optimizer *opt)
 {
     static const char op[] = "em_grad_scaler_unscale_";
@@ -245,6 +275,16 @@ em_status em_grad_scaler_unscale_(em_grad_scaler *s, em_optimizer *opt)
 
     float inv = (float)(1.0 / (double)s->scale);
     bool bad = false, seen = false;
+    dev_batch db = {0};
+    int n_dev = 0;
+    for (int g = 0; g < ng; g++) {
+        em_param_group grp = em_optimizer_group(opt, g);
+        for (int i = 0; i < grp.n_params; i++) {
+            em_tensor *gr = em_grad(grp.params[i]);
+            n_dev += gr && device_ok(gr);
+        }
+    }
+    if (n_dev && !(db.t = em__malloc(sizeof *db.t * (size_t)n_dev))) return EM_ERR_OOM;
     /* the current span: adjacent contiguous gradients of one storage */
     em_storage *sp_st = NULL;
     char *sp_p = NULL;
@@ -257,8 +297,18 @@ em_status em_grad_scaler_unscale_(em_grad_scaler *s, em_optimizer *opt)
             if (!gr) continue;
             seen = true;
             if (!flat_ok(gr)) {
-                em_status st = unscale_by_ops(gr, inv, &bad);
-                if (st != EM_OK) return st;
+                em_status st = EM_OK;
+                if (device_ok(gr)) {
+                    if (db.n && !em_device_eq(gr->device, db.dev)) st = flush_device(&db, inv, &bad);
+                    db.dev = gr->device;
+                    db.t[db.n++] = gr;
+                } else {
+                    st = unscale_by_ops(gr, inv, &bad);
+                }
+                if (st != EM_OK) {
+                    em__free(db.t);
+                    return st;
+                }
                 continue;
             }
             if (sp_n && gr->storage == sp_st && gr->dtype == sp_dt && gr->offset == sp_end) {
@@ -272,6 +322,9 @@ em_status em_grad_scaler_unscale_(em_grad_scaler *s, em_optimizer *opt)
         }
     }
     if (sp_n) bad |= unscale_span(sp_p, sp_dt, sp_n, inv);
+    em_status dst = flush_device(&db, inv, &bad);
+    em__free(db.t);
+    if (dst != EM_OK) return dst;
     /* the gradients changed in place: a graph that saved one must notice */
     for (int g = 0; g < ng; g++) {
         em_param_group grp = em_optimizer_group(opt, g);

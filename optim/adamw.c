@@ -71,7 +71,7 @@ ADAMW_KERNEL(adamw_double, double, sqrt, EM__MADD_PLAIN, )
 ADAMW_KERNEL(adamw_float_fma, float, sqrtf, fmaf, EM__OPT_FMA_TARGET)
 ADAMW_KERNEL(adamw_double_fma, double, sqrt, fma, EM__OPT_FMA_TARGET)
 
-static void adamw_update(const em_optimizer *o, const em__group *g, const em__span *sp)
+static adamw_consts consts_of(const em_optimizer *o, const em__group *g, const em__span *sp)
 {
     double step = sp->step + 1;
     double bias_correction1 = 1 - pow(g->beta1, step);
@@ -88,6 +88,12 @@ static void adamw_update(const em_optimizer *o, const em__group *g, const em__sp
         .sign = o->maximize ? -1.0 : 1.0,
     };
     c.small = fabs(sp->dtype == EM_F32 ? (double)(float)c.w1 : c.w1) < 0.5;
+    return c;
+}
+
+static void adamw_update(const em_optimizer *o, const em__group *g, const em__span *sp)
+{
+    adamw_consts c = consts_of(o, g, sp);
     bool ams = o->amsgrad;
     if (sp->dtype == EM_F32) {
         float *p = sp->p, *m = sp->s[0], *v = sp->s[1], *vm = ams ? sp->s[2] : NULL;
@@ -100,6 +106,32 @@ static void adamw_update(const em_optimizer *o, const em__group *g, const em__sp
         if (em__opt_have_fma()) EM__OPT_PARALLEL(sp->n, ADAMW_GRAIN, adamw_double_fma(p, gr, m, v, vm, b, e, &c));
         else EM__OPT_PARALLEL(sp->n, ADAMW_GRAIN, adamw_double(p, gr, m, v, vm, b, e, &c));
     }
+}
+
+/* Parameters on a device: the same scalars per span, and one call of the
+ * backend's multi-tensor kernel, which runs the loop above operation for
+ * operation (tensor_internal.h, em_adamw_span). */
+static em_status adamw_update_device(const em_optimizer *o, const em__group *g, const em__span *sps, int n,
+                                     em_device dev)
+{
+    const em_backend *be = em__backend((em_device_type)dev.type);
+    if (!be || !be->adamw) {
+        char b[16];
+        return em__fail(EM_ERR_UNSUPPORTED, "em_optimizer_step: AdamW has no kernel on %s", em_device_str(dev, b));
+    }
+    if (n == 0) return EM_OK;
+    em_adamw_span *a = em__malloc(sizeof *a * (size_t)n);
+    if (!a) return EM_ERR_OOM;
+    for (int k = 0; k < n; k++) {
+        adamw_consts c = consts_of(o, g, &sps[k]);
+        a[k] = (em_adamw_span){.p = sps[k].p, .g = sps[k].g, .m = sps[k].s[0], .v = sps[k].s[1],
+                               .vmax = o->amsgrad ? sps[k].s[2] : NULL, .n = sps[k].n, .dtype = sps[k].dtype,
+                               .decay = c.decay, .w1 = c.w1, .beta2 = c.beta2, .w2 = c.w2, .bc2_sqrt = c.bc2_sqrt,
+                               .neg_step = c.neg_step, .eps = c.eps, .sign = c.sign, .small = c.small};
+    }
+    em_status st = be->adamw(dev.index, a, n, em__opt_have_fma());
+    em__free(a);
+    return st;
 }
 
 static int adamw_n_state(const em_optimizer *o, const em__group *g) { return o->amsgrad ? 3 : 2; }
@@ -125,6 +157,7 @@ static const em__optim_kind adamw_kind = {
     .n_state = adamw_n_state,
     .check = adamw_check,
     .update = adamw_update,
+    .update_device = adamw_update_device,
 };
 
 static em_optimizer *adamw_new(const em_param_group *groups, int n_groups, const em_adamw_opts *opts, const char *op)

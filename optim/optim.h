@@ -1,4 +1,5 @@
-/* ember — optim/: optimizers with param groups, LR schedulers, grad clipping
+/** @file
+ * ember — optim/: optimizers with param groups, LR schedulers, grad clipping
  * (DESIGN.md §3 "optim").
  *
  * Parity (tests/test_optim.c against tests/fixtures/optim_golden.safetensors):
@@ -22,7 +23,9 @@
  * and bump the storage version (like torch's in-place updates under no_grad):
  * a graph that saved a parameter cannot be back-propagated after a step.
  *
- * Parameters: leaves, CPU, contiguous, f32 or f64 (master weights stay f32:
+ * Parameters: leaves, contiguous, f32 or f64, on the CPU (AdamW: or on a CUDA
+ * device, updated by one fused multi-tensor kernel per group with the CPU
+ * loop's arithmetic; SGD is CPU-only) (master weights stay f32:
  * DESIGN.md "amp"). Their state (moments, momentum buffers) has the parameter's
  * dtype, as in torch. Parameters whose .grad is NULL are skipped, as in torch.
  * When consecutive parameters of a group are adjacent views of one storage (a
@@ -44,74 +47,91 @@
 extern "C" {
 #endif
 
-/* Option fields whose default is not zero read 0 as "the default"; pass
+/** Option fields whose default is not zero read 0 as "the default"; pass
  * EM_ZERO (negative zero) to ask for an actual 0, e.g.
  * `&(em_adamw_opts){ .weight_decay = EM_ZERO }` turns AdamW's decay off. */
 #define EM_ZERO (-0.0)
 
 /* ---- param groups ------------------------------------------------------------ */
-/* One group of parameters with its own hyperparameters (torch's param_groups).
+/** One group of parameters with its own hyperparameters (torch's param_groups).
  * In a group given to a constructor, 0 means "the optimizer's option" and
  * EM_ZERO an explicit 0; fields of the other optimizer kind are ignored.
  * em_optimizer_group returns the resolved values. */
 typedef struct em_param_group {
-    em_tensor *const *params;   /* n_params tensors */
-    int n_params;
-    double lr;
-    double weight_decay;
-    double momentum, dampening; /* SGD   */
-    double betas[2], eps;       /* AdamW */
+    em_tensor *const *params;   /**< n_params tensors */
+    int n_params;               /**< entries of params (0: an empty group) */
+    double lr;                  /**< learning rate */
+    double weight_decay;        /**< decay factor (AdamW: decoupled; SGD: added to the gradient) */
+    /** @{ */
+    double momentum, dampening; /**< SGD   */
+    /** @} */
+    /** @{ */
+    double betas[2], eps;       /**< AdamW */
+    /** @} */
 } em_param_group;
 
+/** An optimizer (SGD or AdamW; opaque): made by em_sgd_new / em_adamw_new and
+ * their _groups forms, freed by em_optimizer_free. */
 typedef struct em_optimizer em_optimizer;
 
-/* torch.optim.SGD. Defaults: lr 1e-3 (torch 2.x), everything else 0/false.
+/** torch.optim.SGD. Defaults: lr 1e-3 (torch 2.x), everything else 0/false.
  * nesterov needs momentum > 0 and dampening 0 (misuse otherwise). */
 typedef struct em_sgd_opts {
-    double lr;
-    double momentum, dampening, weight_decay;
-    bool nesterov, maximize;
+    double lr;                                  /**< learning rate; 0 -> 1e-3 */
+    /** @{ */
+    double momentum, dampening, weight_decay;   /**< torch's meanings; 0 by default */
+    /** @} */
+    /** @{ */
+    bool nesterov, maximize;                    /**< Nesterov momentum; ascend instead of descend */
+    /** @} */
 } em_sgd_opts;
 
-/* torch.optim.AdamW. Defaults: lr 1e-3, betas (0.9, 0.999), eps 1e-8,
+/** torch.optim.AdamW. Defaults: lr 1e-3, betas (0.9, 0.999), eps 1e-8,
  * weight_decay 1e-2 (EM_ZERO for none), amsgrad and maximize off. */
 typedef struct em_adamw_opts {
-    double lr;
-    double betas[2];
-    double eps;
-    double weight_decay;
-    bool amsgrad, maximize;
+    double lr;             /**< learning rate; 0 -> 1e-3 */
+    double betas[2];       /**< moment decay rates; 0 -> 0.9, 0.999 */
+    double eps;            /**< added to the denominator; 0 -> 1e-8 */
+    double weight_decay;   /**< decoupled decay; 0 -> 1e-2, EM_ZERO for none */
+    /** @{ */
+    bool amsgrad, maximize;   /**< AMSGrad's max of second moments; ascend instead of descend */
+    /** @} */
 } em_adamw_opts;
 
-/* One group holding params[0..n). opts may be NULL (defaults). NULL on OOM
- * (or when a parameter is NULL from an earlier failure). */
+/** One group holding params[0..n). opts may be NULL (defaults). NULL on OOM
+ * (or when a parameter is NULL from an earlier failure). Misuse: see the file
+ * comment. The caller frees the result with em_optimizer_free. */
 em_optimizer *em_sgd_new(em_tensor *const *params, int n, const em_sgd_opts *opts);
+/** AdamW over one group holding params[0..n), as em_sgd_new. */
 em_optimizer *em_adamw_new(em_tensor *const *params, int n, const em_adamw_opts *opts);
-/* Several groups (some may be empty, but not all). */
+/** Several groups (some may be empty, but not all). */
 em_optimizer *em_sgd_new_groups(const em_param_group *groups, int n_groups, const em_sgd_opts *opts);
+/** AdamW over several groups, as em_sgd_new_groups. */
 em_optimizer *em_adamw_new_groups(const em_param_group *groups, int n_groups, const em_adamw_opts *opts);
-/* torch's add_param_group: the new group's zero fields take the optimizer's options. */
+/** torch's add_param_group: the new group's zero fields take the optimizer's options. */
 em_status em_optimizer_add_param_group(em_optimizer *opt, const em_param_group *group);
-void em_optimizer_free(em_optimizer *opt);   /* releases parameters and state; NULL is ok */
+void em_optimizer_free(em_optimizer *opt);   /**< releases parameters and state; NULL is ok */
 
-/* One update of every parameter that has a gradient. EM_ERR_OOM if the state
+/** One update of every parameter that has a gradient. EM_ERR_OOM if the state
  * (allocated on the first step, as in torch) cannot be; EM_ERR_UNSUPPORTED for
- * parameters not on the CPU. Nothing is updated on failure. */
+ * parameters on a device the optimizer has no kernel for. Nothing is updated
+ * on failure, except when a device kernel fails (EM_ERR_DEVICE): the groups
+ * before it stay updated. */
 em_status em_optimizer_step(em_optimizer *opt);
-/* Drops every parameter's gradient (torch 2.x's set_to_none=True). */
+/** Drops every parameter's gradient (torch 2.x's set_to_none=True). */
 void em_optimizer_zero_grad(em_optimizer *opt);
-/* set_to_none=false fills the gradients with zeros in place instead: use it
+/** set_to_none=false fills the gradients with zeros in place instead: use it
  * when gradients are views of a flat gradient buffer, which must stay views. */
 void em_optimizer_zero_grad_ex(em_optimizer *opt, bool set_to_none);
 
-const char *em_optimizer_name(const em_optimizer *opt);   /* "AdamW" or "SGD" */
-int em_optimizer_num_groups(const em_optimizer *opt);
-/* Group g with its resolved hyperparameters; .params points into the
+const char *em_optimizer_name(const em_optimizer *opt);   /**< "AdamW" or "SGD" */
+int em_optimizer_num_groups(const em_optimizer *opt);   /**< parameter groups (0 for NULL) */
+/** Group g with its resolved hyperparameters; .params points into the
  * optimizer (valid until the next add_param_group or free). */
 em_param_group em_optimizer_group(const em_optimizer *opt, int g);
-double em_optimizer_lr(const em_optimizer *opt, int g);
-void em_optimizer_set_lr(em_optimizer *opt, int g, double lr);   /* lr >= 0 */
-/* Updates of group g's i-th parameter so far: torch's state["step"] for AdamW
+double em_optimizer_lr(const em_optimizer *opt, int g);   /**< group g's current lr; misuse when g is out of range */
+void em_optimizer_set_lr(em_optimizer *opt, int g, double lr);   /**< sets group g's lr (finite, >= 0; misuse otherwise) */
+/** Updates of group g's i-th parameter so far: torch's state["step"] for AdamW
  * (0 before its first update). For SGD, which keeps no step, > 0 means the
  * momentum buffer is set (after a state load: 1). */
 double em_optimizer_param_step(const em_optimizer *opt, int g, int i);
@@ -136,7 +156,12 @@ double em_optimizer_param_step(const em_optimizer *opt, int g, int i);
  * torch's load_state_dict), and resets the state of parameters the file does
  * not mention. A mismatch is EM_ERR_INVALID (a malformed file EM_ERR_FORMAT),
  * the message names the key and the shapes, and the optimizer is unchanged. */
+/** Writes opt's state to path in the layout above (atomically, through
+ * em_safetensors_save). EM_ERR_IO or EM_ERR_OOM on failure. */
 em_status em_optimizer_state_save(const em_optimizer *opt, const char *path);
+/** Loads a file from em_optimizer_state_save into opt, checked as described
+ * above: EM_ERR_INVALID on a mismatch, EM_ERR_FORMAT on a malformed file (both
+ * naming the key), and opt unchanged on any failure. */
 em_status em_optimizer_state_load(em_optimizer *opt, const char *path);
 
 /* ---- weight-decay grouping ---------------------------------------------------
@@ -154,8 +179,12 @@ em_status em_optimizer_state_load(em_optimizer *opt, const char *path);
  * which the test checks on the real parameter names). It differs from the
  * Trainer only for a 1-d parameter that is neither a bias nor in a norm layer
  * (a learned scale, say): the Trainer decays it, this rule does not. */
+/** Whether the parameter called name gets no weight decay by the rule above:
+ * param has at most one dim, or name (case-insensitively) contains "bias",
+ * "layernorm" or "rmsnorm", or has a dotted component "norm" or ending in
+ * "_norm". Either argument may be NULL (its test is then skipped). */
 bool em_param_no_decay(const char *name, const em_tensor *param);
-/* Splits named parameters (names[i] for params[i]) into out[0] (decayed, with
+/** Splits named parameters (names[i] for params[i]) into out[0] (decayed, with
  * weight_decay) and out[1] (not decayed, weight_decay EM_ZERO), keeping their
  * order. buf (n entries, the caller's) receives the tensors: out[0].params and
  * out[1].params point into it. Either group may be empty. Returns 2, the number
@@ -168,32 +197,44 @@ int em_param_groups_no_decay(const char *const *names, em_tensor *const *params,
  * unless a scheduler already recorded one) and sets lr = initial_lr * f(0);
  * each em_scheduler_step sets lr = initial_lr * f(last_epoch + 1), in double,
  * exactly as Python computes it. Call it once after every optimizer step. */
+/** An LR scheduler (opaque) over one optimizer's groups, with the LambdaLR
+ * semantics above. Free it with em_scheduler_free before the optimizer. */
 typedef struct em_scheduler em_scheduler;
+/** The multiplier f(step) of the initial lr; user is the pointer given to em_lambda_lr_new. */
 typedef double (*em_lr_lambda)(int64_t step, void *user);
 
+/** torch's LambdaLR with f (user passed to it); sets every group's lr to
+ * initial_lr * f(0) at once. NULL on OOM; misuse when f or opt is NULL. */
 em_scheduler *em_lambda_lr_new(em_optimizer *opt, em_lr_lambda f, void *user);
-/* transformers.get_linear_schedule_with_warmup: f(s) = s/max(1,W) for s < W,
+/** transformers.get_linear_schedule_with_warmup: f(s) = s/max(1,W) for s < W,
  * else max(0, (T-s)/max(1,T-W)). With W > 0 the first step runs at lr 0. */
 em_scheduler *em_linear_schedule_with_warmup(em_optimizer *opt, int64_t num_warmup_steps,
                                              int64_t num_training_steps);
-/* get_cosine_schedule_with_warmup: after warmup, max(0, (1+cos(pi*c*2*progress))/2);
+/** get_cosine_schedule_with_warmup: after warmup, max(0, (1+cos(pi*c*2*progress))/2);
  * num_cycles c: 0 -> 0.5 (half a cosine, down to 0 at T). Past T the curve
  * rises again, as HF's does. */
 em_scheduler *em_cosine_schedule_with_warmup(em_optimizer *opt, int64_t num_warmup_steps,
                                              int64_t num_training_steps, double num_cycles);
-/* get_constant_schedule_with_warmup: s/max(1,W) for s < W, then 1. */
+/** get_constant_schedule_with_warmup: s/max(1,W) for s < W, then 1. */
 em_scheduler *em_constant_schedule_with_warmup(em_optimizer *opt, int64_t num_warmup_steps);
 
+/** Advances one step: lr = initial_lr * f(last_epoch + 1) in every group.
+ * Misuse when the optimizer gained groups since the scheduler was made. */
 void em_scheduler_step(em_scheduler *s);
+/** The lr the scheduler last set in group (misuse out of range). */
 double em_scheduler_get_last_lr(const em_scheduler *s, int group);
+/** Steps taken (0 right after construction; -1 for NULL). */
 int64_t em_scheduler_last_epoch(const em_scheduler *s);
-/* A safetensors file with no tensors; metadata "format" = "ember.scheduler/1",
+/** A safetensors file with no tensors; metadata "format" = "ember.scheduler/1",
  * "kind", "last_epoch", "base_lrs" (comma-separated, 17 digits), "last_lrs".
  * Loading restores last_epoch and the lrs it records (like torch's
  * load_state_dict, it does not touch the optimizer: load its state too); the
  * kind and group count must match (EM_ERR_INVALID otherwise). */
 em_status em_scheduler_state_save(const em_scheduler *s, const char *path);
+/** Restores a state from em_scheduler_state_save, as described above; I/O and
+ * format errors name path, and s is unchanged on failure. */
 em_status em_scheduler_state_load(em_scheduler *s, const char *path);
+/** Frees s (the optimizer keeps its current lrs); NULL is ok. */
 void em_scheduler_free(em_scheduler *s);
 
 /* ---- gradient clipping ---------------------------------------------------------
@@ -208,15 +249,16 @@ void em_scheduler_free(em_scheduler *s);
  * Gradients on a GPU are reduced there by ops, in f64, one read-back each (the
  * order of the additions is the device's: the last bits may differ from the
  * CPU's), and scaled there. */
+/** Options of the clipping functions; zeroed (or a NULL pointer) means torch's defaults. */
 typedef struct em_clip_grad_opts {
-    double norm_type;          /* 0 -> 2; INFINITY for the max-norm; any p > 0 */
-    bool error_if_nonfinite;   /* nonfinite total: EM_ERR_INVALID, gradients untouched */
+    double norm_type;          /**< 0 -> 2; INFINITY for the max-norm; any p > 0 */
+    bool error_if_nonfinite;   /**< nonfinite total: EM_ERR_INVALID, gradients untouched */
 } em_clip_grad_opts;
-/* *total_norm (may be NULL) receives the norm before clipping, 0 when no
+/** *total_norm (may be NULL) receives the norm before clipping, 0 when no
  * parameter has a gradient. opts may be NULL. */
 em_status em_clip_grad_norm(em_tensor *const *params, int n, double max_norm, const em_clip_grad_opts *opts,
                             double *total_norm);
-/* The same over every parameter of an optimizer, in group order. */
+/** The same over every parameter of an optimizer, in group order. */
 em_status em_optimizer_clip_grad_norm(em_optimizer *opt, double max_norm, const em_clip_grad_opts *opts,
                                       double *total_norm);
 

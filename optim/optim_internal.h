@@ -54,6 +54,11 @@ typedef struct em__optim_kind {
     bool (*check)(const em_optimizer *o, const em__group *g, const char *op);
     /* Updates one span in place (no allocation, cannot fail). */
     void (*update)(const em_optimizer *o, const em__group *g, const em__span *sp);
+    /* Optional: updates n spans of parameters on dev (not the CPU) through the
+     * device backend's fused kernel; with n == 0 only checks that dev has one.
+     * Fails with EM_ERR_UNSUPPORTED (no kernel) or the backend's status; NULL:
+     * the kind updates CPU parameters only. */
+    em_status (*update_device)(const em_optimizer *o, const em__group *g, const em__span *sps, int n, em_device dev);
 } em__optim_kind;
 
 struct em_optimizer {

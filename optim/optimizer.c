@@ -208,17 +208,42 @@ static em_status alloc_state(em__group *g, int need)
     return EM_OK;
 }
 
+/* Counts one update on the parameters of g in [from, to) that have a gradient. */
+static void bump_steps(em__group *g, em_tensor *const *gr, int from, int to)
+{
+    for (int q = from; q < to; q++)
+        if (gr[q]) {
+            g->ps[q].step += 1;
+            g->params[q]->storage->version++;
+        }
+}
+
 /* Updates the parameters of g that have a gradient (gr[i], contiguous, or NULL),
- * one kernel call per run of adjacent parameters. */
-static void step_group(const em_optimizer *o, em__group *g, em_tensor *const *gr)
+ * one kernel call per run of adjacent parameters. Runs on a device are
+ * collected in buf (room for g->n) and updated by the kind's update_device,
+ * one call per stretch of parameters on one device (a multi-tensor kernel).
+ * Fails only there; the parameters before the failing call stay updated. */
+static em_status step_group(const em_optimizer *o, em__group *g, em_tensor *const *gr, em__span *buf)
 {
     int ns = o->kind->n_state(o, g);
+    int nbuf = 0, from = 0;   /* buf: the device runs of parameters [from, i) */
+    em_device bdev = EM_CPU;
+#define FLUSH_DEVICE(to)                                                   \
+    do {                                                                   \
+        if (nbuf) {                                                        \
+            em_status st_ = o->kind->update_device(o, g, buf, nbuf, bdev); \
+            if (st_ != EM_OK) return st_;                                  \
+            bump_steps(g, gr, from, (to));                                 \
+            nbuf = 0;                                                      \
+        }                                                                  \
+    } while (0)
     for (int i = 0; i < g->n;) {
         if (!gr[i]) {
             i++;
             continue;
         }
         em_tensor *p = g->params[i];
+        if (nbuf && !em_device_eq(p->device, bdev)) FLUSH_DEVICE(i);
         em__span sp = {.p = em_data_ptr(p), .g = em_data_ptr(gr[i]), .n = em_numel(p), .dtype = p->dtype,
                        .step = g->ps[i].step};
         for (int k = 0; k < ns; k++) sp.s[k] = em_data_ptr(g->ps[i].state[k]);
@@ -231,13 +256,18 @@ static void step_group(const em_optimizer *o, em__group *g, em_tensor *const *gr
             if (!ok) break;
             sp.n += em_numel(g->params[j]);
         }
-        if (sp.n > 0) o->kind->update(o, g, &sp);
-        for (int q = i; q < j; q++) {
-            g->ps[q].step += 1;
-            g->params[q]->storage->version++;
+        if (p->device.type != EM_DEVICE_CPU) {
+            if (!nbuf) from = i, bdev = p->device;
+            buf[nbuf++] = sp;
+        } else {
+            if (sp.n > 0) o->kind->update(o, g, &sp);
+            bump_steps(g, gr, i, j);
         }
         i = j;
     }
+    FLUSH_DEVICE(g->n);
+#undef FLUSH_DEVICE
+    return EM_OK;
 }
 
 em_status em_optimizer_step(em_optimizer *o)
@@ -250,6 +280,7 @@ em_status em_optimizer_step(em_optimizer *o)
     for (int g = 0; g < o->n_groups; g++) total += o->groups[g].n;
     em_tensor **gr = em__calloc((size_t)(total ? total : 1), sizeof *gr);
     if (!gr) return EM_ERR_OOM;
+    em__span *buf = NULL;   /* device spans (step_group), made when a parameter is off the CPU */
     em_status st = EM_OK;
     em_scope_begin();
     /* everything that can fail happens before the first update */
@@ -259,10 +290,22 @@ em_status em_optimizer_step(em_optimizer *o)
             em_tensor *p = G->params[i], *gd = em_grad(p);
             if (!gd) continue;
             if (p->device.type != EM_DEVICE_CPU || gd->device.type != EM_DEVICE_CPU) {
-                char dev[16];
-                st = em__fail(EM_ERR_UNSUPPORTED, "em_optimizer_step: parameter %d of group %d is on %s; %s updates "
-                              "CPU parameters only", i, g, em_device_str(p->device, dev), o->kind->name);
-                break;
+                char dev[16], gdev[16];
+                if (!o->kind->update_device) {
+                    st = em__fail(EM_ERR_UNSUPPORTED, "em_optimizer_step: parameter %d of group %d is on %s; %s "
+                                  "updates CPU parameters only", i, g, em_device_str(p->device, dev), o->kind->name);
+                    break;
+                }
+                if (!em_device_eq(p->device, gd->device)) {
+                    st = em__fail(EM_ERR_INVALID, "em_optimizer_step: parameter %d of group %d is on %s, its gradient "
+                                  "on %s", i, g, em_device_str(p->device, dev), em_device_str(gd->device, gdev));
+                    break;
+                }
+                if ((st = o->kind->update_device(o, G, NULL, 0, p->device)) != EM_OK) break;
+                if (!buf && !(buf = em__malloc(sizeof *buf * (size_t)total))) {
+                    st = EM_ERR_OOM;
+                    break;
+                }
             }
             if (!em_is_contiguous(gd) && !(gd = em_contiguous(gd))) st = em_last_status();
             gr[q] = gd;
@@ -270,9 +313,10 @@ em_status em_optimizer_step(em_optimizer *o)
         if (st == EM_OK) st = alloc_state(G, o->kind->n_state(o, G));
     }
     for (int g = 0, q = 0; g < o->n_groups && st == EM_OK; q += o->groups[g].n, g++)
-        step_group(o, &o->groups[g], gr + q);
+        st = step_group(o, &o->groups[g], gr + q, buf);
     em_scope_end();
     em__free(gr);
+    em__free(buf);
     return st;
 }
 

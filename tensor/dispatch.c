@@ -1,13 +1,33 @@
 /* ember — dispatch: the registered backends and the one call every op makes. */
 #include "tensor/tensor_internal.h"
 
-static const em_backend *backends[EM_NUM_DEVICE_TYPES] = {[EM_DEVICE_CPU] = &em__cpu_backend};
+#include <pthread.h>
 
-void em__register_backend(const em_backend *b) { backends[b->type] = b; }
+static const em_backend *backends[EM_NUM_DEVICE_TYPES] = {[EM_DEVICE_CPU] = &em__cpu_backend};
+/* Lazy backends (em__register_backend_probe): the probe runs once, under the
+ * lock, on the first em__backend() call for its type; `probed` is read
+ * without the lock (acquire) so later calls cost one load. */
+static const em_backend *(*probes[EM_NUM_DEVICE_TYPES])(void);
+static bool probed[EM_NUM_DEVICE_TYPES];
+static pthread_mutex_t probe_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void em__register_backend(const em_backend *b) { __atomic_store_n(&backends[b->type], b, __ATOMIC_RELEASE); }
+
+void em__register_backend_probe(em_device_type type, const em_backend *(*probe)(void)) { probes[type] = probe; }
 
 const em_backend *em__backend(em_device_type type)
 {
-    return (unsigned)type < EM_NUM_DEVICE_TYPES ? backends[type] : NULL;
+    if ((unsigned)type >= EM_NUM_DEVICE_TYPES) return NULL;
+    const em_backend *b = __atomic_load_n(&backends[type], __ATOMIC_ACQUIRE);
+    if (b || !probes[type] || __atomic_load_n(&probed[type], __ATOMIC_ACQUIRE)) return b;
+    pthread_mutex_lock(&probe_lock);
+    if (!probed[type]) {
+        const em_backend *p = probes[type]();
+        if (p) __atomic_store_n(&backends[type], p, __ATOMIC_RELEASE);
+        __atomic_store_n(&probed[type], true, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&probe_lock);
+    return __atomic_load_n(&backends[type], __ATOMIC_ACQUIRE);
 }
 
 em_status em__dispatch(em_kargs *k)

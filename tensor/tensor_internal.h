@@ -97,6 +97,25 @@ em_tensor *em__alias(em_tensor *t);
  * has no kernel for the op; returns the kernel's status. */
 em_status em__dispatch(em_kargs *k);
 
+/* One contiguous run of AdamW's update for em_backend.adamw (optim/adamw.c
+ * fills it): n elements of param p, gradient g, state m, v and vmax (NULL
+ * without amsgrad), all of `dtype` (f32/f64) on one device. The scalars are
+ * optim's, in double; the kernel rounds each to dtype and then runs optim's
+ * CPU loop operation for operation (fused multiply-adds exactly where that
+ * loop has them when `fma`, none otherwise), so results are bit-identical. */
+typedef struct em_adamw_span {
+    void *p;
+    const void *g;
+    void *m, *v, *vmax;
+    int64_t n;
+    em_dtype dtype;
+    double decay, w1, beta2, w2, bc2_sqrt, neg_step, eps, sign;
+    bool small;   /* lerp as m + w1*(g-m) (else g - (1-w1)*(g-m)) */
+} em_adamw_span;
+
+/* em_backend.linear's activation: none, or GELU's tanh form (em_gelu_tanh). */
+typedef enum em_epilogue { EM_EPILOGUE_NONE = 0, EM_EPILOGUE_GELU_TANH = 1 } em_epilogue;
+
 /* A device backend: memory plus one kernel slot per op (NULL = unsupported). */
 typedef struct em_backend {
     const char *name;
@@ -115,9 +134,30 @@ typedef struct em_backend {
     /* Page-locked host memory for fast transfers (the DataLoader's batches), from a cache. */
     void *(*host_alloc)(size_t nbytes);
     void (*host_free)(void *p, size_t nbytes);
+    /* Optional fused multi-tensor kernels for the layers above (NULL: unsupported).
+     * AdamW over n spans (em_adamw_span above), one launch per dtype present. */
+    em_status (*adamw)(int device_index, const em_adamw_span *spans, int n, bool fma);
+    /* GradScaler's unscale: t[i] *= inv in place (no multiply when inv == 1) for n
+     * contiguous f32/f64 tensors of this device; *found_inf = whether any element
+     * was inf/NaN before scaling. One launch and one device-to-host read. */
+    em_status (*unscale)(int device_index, em_tensor *const *t, int n, float inv, bool *found_inf);
+    /* out = act(a @ b + bias) as ONE GEMM with a fused epilogue: a [M,K] and b [K,N]
+     * (either may be a transposed view), bias [N] contiguous or NULL, out [M,N]
+     * contiguous (allocated by the caller), one float dtype; act an em_epilogue.
+     * Not recorded for autograd: for callers that need no gradient. Returns
+     * EM_ERR_UNSUPPORTED, out untouched, for a case it does not take (the caller
+     * falls back to em_matmul + em_add). */
+    em_status (*linear)(em_tensor *out, em_tensor *a, em_tensor *b, em_tensor *bias, int act);
 } em_backend;
+
 void em__register_backend(const em_backend *b);
-const em_backend *em__backend(em_device_type type);   /* NULL when not registered */
+/* A backend found on first use: `probe` (registered at load, without touching
+ * the device) runs once, on the first em__backend(type), and returns the
+ * table or NULL (no such device here). CUDA registers this way so that no
+ * driver call happens at load or on CPU-only paths (a CUDA context made
+ * before fork() is unusable in the child: Check's fork-mode tests). */
+void em__register_backend_probe(em_device_type type, const em_backend *(*probe)(void));
+const em_backend *em__backend(em_device_type type);   /* NULL when not registered (or the probe found none) */
 extern const em_backend em__cpu_backend;
 
 /* The f32 GEMM precision (em_set_float32_matmul_precision): true for

@@ -16,8 +16,15 @@
  * Before each CUDA run the allocator's cache is filled with NaN-poisoned
  * blocks, so an output element a kernel forgets to write shows up.
  *
+ * Then the fused multi-tensor kernels against the CPU: AdamW (5 steps, two
+ * groups, amsgrad, f32/f64), GradScaler's unscale (bit-identical gradients;
+ * found_inf from a planted inf or NaN skips the step), and cuBLASLt's
+ * epilogue GEMM (em_backend.linear) against matmul + add (+ gelu_tanh).
+ *
  * This program does not use Check: Check forks each test, and a CUDA context
- * does not survive fork().
+ * does not survive fork(). It forks once itself, first, to check that loading
+ * ember initializes no CUDA (a child forked before the first CUDA use must be
+ * able to use the GPU).
  *
  * EMBER_CUDA_BENCH=1 also times a few kernels (median of 5 runs after a
  * warm-up; wall clock around em_backend.synchronize) for tools/gpu-check.
@@ -33,7 +40,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 static em_device gpu;          /* cuda:0, or the CPU in self-test mode */
 static int failures, checks;
@@ -1002,6 +1011,233 @@ static void test_distilbert_step(void)
     em_module_free(&mg->base);
 }
 
+/* ---- fused multi-tensor kernels: AdamW and GradScaler's unscale -----------------------------------------------------
+ * The same tensors (made on the CPU from a seed) on the CPU and, as clones, on
+ * the device (so in self-test mode the two sides never share storage); both
+ * sides run the same public calls. Sizes straddle the kernels' 65536-element
+ * chunks; the first three tensors are adjacent views of one flat buffer (the
+ * optimizer's span path), the others separate. */
+enum { NFUSED = 6 };
+static const int64_t fused_n[NFUSED] = {70001, 1, 300, 65536, 131073, 7};
+
+/* x itself on the CPU side, else a device clone of it (a new storage even when gpu is the CPU). */
+static em_tensor *side(em_tensor *x, bool dev) { return dev ? em_clone(em_to(x, gpu)) : x; }
+
+/* NFUSED tensors of dt from `seed`, N(0, scale): t[0..2] views of one flat buffer. */
+static void fused_tensors(bool dev, em_dtype dt, uint64_t seed, double scale, em_tensor **t)
+{
+    int64_t nflat = fused_n[0] + fused_n[1] + fused_n[2], off = 0;
+    em_set_seed(seed);
+    em_tensor *flat = side(em_to_dtype(em_mul_scalar(em_randn(1, &nflat, EM_F64, EM_CPU), scale), dt), dev);
+    for (int i = 0; i < 3; off += fused_n[i], i++) t[i] = em_narrow(flat, 0, off, fused_n[i]);
+    for (int i = 3; i < NFUSED; i++)
+        t[i] = side(em_to_dtype(em_mul_scalar(em_randn(1, &fused_n[i], EM_F64, EM_CPU), scale), dt), dev);
+}
+
+/* max|a - b| / max|b| (as f64 on the CPU; a NaN in either, a size or dtype
+ * mismatch, or a failed copy: infinity); *same: bit-identical. */
+static double rel_diff(em_tensor *a, em_tensor *b, bool *same)
+{
+    *same = false;
+    double r = INFINITY;
+    em_scope_begin();
+    em_tensor *ha = em_contiguous(em_to(a, EM_CPU)), *hb = em_contiguous(em_to(b, EM_CPU));
+    if (ha && hb && em_numel(ha) == em_numel(hb) && ha->dtype == hb->dtype) {
+        *same = !memcmp(em_data_ptr(ha), em_data_ptr(hb), (size_t)em_numel(ha) * em_dtype_size(ha->dtype));
+        em_tensor *da = em_to_dtype(ha, EM_F64), *db = em_to_dtype(hb, EM_F64);
+        const double *x = em_data_ptr(da), *y = em_data_ptr(db);
+        double num = 0, den = 0;
+        bool nan = false;
+        for (int64_t i = 0; i < em_numel(da); i++) {
+            nan |= isnan(x[i]) || isnan(y[i]);
+            num = fmax(num, fabs(x[i] - y[i]));
+            den = fmax(den, fabs(y[i]));
+        }
+        r = nan ? INFINITY : num == 0 ? 0 : num / den;
+    }
+    em_scope_end();
+    return r;
+}
+
+/* AdamW on the device against optim's CPU loop: two groups (weight decay 0.1
+ * with lr 1e-2; none with lr 3e-3), 5 steps with fresh gradients, parameter
+ * 4 without a gradient at step 2. f32 within 1e-6 relative (the kernel mirrors
+ * the CPU loop, so it is expected bit-identical); f64 within 1e-12. */
+static void test_fused_adamw(void)
+{
+    for (int dti = 0; dti < 2; dti++)
+        for (int ams = 0; ams < 2; ams++) {
+            em_dtype dt = dti ? EM_F64 : EM_F32;
+            double tol = dti ? 1e-12 : 1e-6, worst = 0;
+            int n_same = 0, n_cmp = 0;
+            bool ok = true;
+            em_scope_begin();
+            em_tensor *p[2][NFUSED];
+            em_optimizer *o[2];
+            for (int d = 0; d < 2; d++) {
+                fused_tensors(d, dt, 41, 1.0, p[d]);
+                for (int i = 0; i < NFUSED; i++) em_requires_grad_(p[d][i], true);
+                em_param_group groups[2] = {{.params = p[d], .n_params = 4, .lr = 1e-2, .weight_decay = 0.1},
+                                            {.params = p[d] + 4, .n_params = 2, .lr = 3e-3, .weight_decay = EM_ZERO}};
+                em_adamw_opts opts = {.amsgrad = ams, .maximize = ams && dti, .betas = {0.8, 0.95}};
+                o[d] = em_adamw_new_groups(groups, 2, &opts);
+            }
+            CHECK(o[0] && o[1], "adamw: building the optimizers: %s", em_last_error());
+            for (int t = 0; t < 5 && ok && o[0] && o[1]; t++) {
+                for (int d = 0; d < 2; d++) {
+                    em_tensor *g[NFUSED];
+                    fused_tensors(d, dt, 100 + (uint64_t)t, t == 3 ? 1e-3 : 1.0, g);
+                    for (int i = 0; i < NFUSED; i++) em_set_grad(p[d][i], t == 2 && i == 4 ? NULL : g[i]);
+                    em_status st = em_optimizer_step(o[d]);
+                    CHECK(st == EM_OK, "adamw step %d on %s: %s", t, d ? "the device" : "the CPU", em_last_error());
+                    ok &= st == EM_OK;
+                }
+                for (int i = 0; i < NFUSED && ok; i++) {
+                    bool same;
+                    double r = rel_diff(p[1][i], p[0][i], &same);
+                    n_same += same;
+                    n_cmp++;
+                    worst = fmax(worst, r);
+                    CHECK(r <= tol, "adamw %s%s step %d param %d: relative difference %.3g (tol %g)",
+                          em_dtype_name(dt), ams ? " amsgrad" : "", t, i, r, tol);
+                }
+            }
+            for (int i = 0; i < NFUSED && ok; i++)
+                CHECK(em_optimizer_param_step(o[1], i < 4 ? 0 : 1, i < 4 ? i : i - 4) == (i == 4 ? 4 : 5),
+                      "adamw: param %d counted %g steps", i, em_optimizer_param_step(o[1], i < 4 ? 0 : 1, i < 4 ? i : i - 4));
+            printf("fused adamw %s%s: 5 steps, worst relative difference %.3g, %d of %d params bit-identical\n",
+                   em_dtype_name(dt), ams ? " amsgrad" : "", worst, n_same, n_cmp);
+            em_optimizer_free(o[0]);
+            em_optimizer_free(o[1]);
+            em_scope_end();
+        }
+}
+
+/* GradScaler's unscale on device gradients against the CPU: finite gradients
+ * are unscaled to the same bits (f32 and f64 parameters; inv_scale 1/3000 is
+ * inexact) and the step runs; an inf or a NaN planted in the second chunk of
+ * one gradient sets found_inf: the step is skipped and the scale backs off. */
+static void test_fused_unscale(void)
+{
+    for (int inject = 0; inject < 3; inject++) {   /* none, inf, NaN */
+        em_scope_begin();
+        em_tensor *p[2][NFUSED + 1], *g[2][NFUSED + 1], *before[NFUSED + 1];
+        em_optimizer *o[2];
+        em_grad_scaler *s[2];
+        for (int d = 0; d < 2; d++) {
+            fused_tensors(d, EM_F32, 7, 1.0, p[d]);
+            fused_tensors(d, EM_F32, 8, 3000.0, g[d]);
+            em_set_seed(9);   /* one f64 parameter too */
+            p[d][NFUSED] = side(em_randn(EM_SHAPE(1000), EM_F64, EM_CPU), d);
+            g[d][NFUSED] = side(em_mul_scalar(em_randn(EM_SHAPE(1000), EM_F64, EM_CPU), 3000.0), d);
+            if (d == 1 && inject) em_fill_(em_narrow(g[d][0], 0, 66000, 1), inject == 1 ? INFINITY : NAN);
+            for (int i = 0; i <= NFUSED; i++) {
+                em_requires_grad_(p[d][i], true);
+                em_set_grad(p[d][i], g[d][i]);
+            }
+            o[d] = em_adamw_new(p[d], NFUSED + 1, &(em_adamw_opts){.lr = 1e-2});
+            s[d] = em_grad_scaler_new(&(em_grad_scaler_opts){.init_scale = 3000.0});
+        }
+        for (int i = 0; i <= NFUSED; i++) before[i] = em_clone(em_to(p[1][i], EM_CPU));
+        em_status st0 = em_grad_scaler_unscale_(s[0], o[0]), st1 = em_grad_scaler_unscale_(s[1], o[1]);
+        CHECK(st0 == EM_OK && st1 == EM_OK, "unscale: %s", em_last_error());
+        int n_same = 0;
+        for (int i = 0; i <= NFUSED && !inject; i++) {
+            bool same;
+            double r = rel_diff(g[1][i], g[0][i], &same);
+            n_same += same;
+            CHECK(same, "unscale: gradient %d differs from the CPU's (relative %.3g)", i, r);
+        }
+        bool stepped = !inject;
+        CHECK(em_grad_scaler_step(s[1], o[1], &stepped) == EM_OK && stepped == !inject,
+              "scaler step with %s: stepped %d: %s", inject == 0 ? "finite gradients" : inject == 1 ? "an inf" : "a NaN",
+              stepped, em_last_error());
+        em_grad_scaler_update(s[1]);
+        double want = inject ? 1500.0 : 3000.0;
+        CHECK(em_grad_scaler_get_scale(s[1]) == want, "scale after update: %g, expected %g",
+              em_grad_scaler_get_scale(s[1]), want);
+        for (int i = 0; i <= NFUSED; i++) {
+            bool same;
+            rel_diff(p[1][i], before[i], &same);
+            CHECK(same == (bool)inject, "param %d %s", i, inject ? "changed by a skipped step" : "not updated");
+        }
+        if (!inject) printf("fused unscale: %d of %d gradients bit-identical to the CPU's\n", n_same, NFUSED + 1);
+        for (int d = 0; d < 2; d++) {
+            em_optimizer_free(o[d]);
+            em_grad_scaler_free(s[d]);
+        }
+        em_scope_end();
+    }
+    /* the backend slot itself: inv == 1 checks without multiplying */
+    const em_backend *be = em__backend((em_device_type)gpu.type);
+    if (be && be->unscale) {
+        em_scope_begin();
+        em_tensor *a = em_to(em_arange(0, 200000, 1, EM_F32, EM_CPU), gpu), *b = em_ones(EM_SHAPE(3), EM_F64, gpu);
+        em_tensor *ts[2] = {a, b};
+        bool found = true;
+        CHECK(be->unscale(gpu.index, ts, 2, 1.0f, &found) == EM_OK && !found, "unscale slot, finite: found %d: %s", found,
+              em_last_error());
+        em_fill_(em_narrow(b, 0, 2, 1), -INFINITY);
+        found = false;
+        CHECK(be->unscale(gpu.index, ts, 2, 0.5f, &found) == EM_OK && found, "unscale slot, -inf in an f64 tensor");
+        em_tensor *h = em_to(a, EM_CPU);
+        CHECK(h && em_get(h, (int64_t[]){199999}) == 99999.5 && em_get(h, (int64_t[]){3}) == 1.5,
+              "unscale slot: a[199999] = %g, a[3] = %g", h ? em_get(h, (int64_t[]){199999}) : NAN,
+              h ? em_get(h, (int64_t[]){3}) : NAN);
+        em_scope_end();
+    }
+}
+
+/* cuBLASLt's epilogue GEMM (em_backend.linear) against matmul + add (+ gelu_tanh)
+ * on the device and against an f64 CPU reference: x [67,200] times w^T (a
+ * transposed view of w [300,200], as nn's linear passes it) plus b, with and
+ * without bias and GELU; f32 within 1e-5 and bf16 within 1e-2 (normwise; the
+ * epilogue rounds once where the unfused path rounds after each op). An f64
+ * GEMM is declined (EM_ERR_UNSUPPORTED) with out untouched. */
+static void test_linear_epilogue(void)
+{
+    const em_backend *be = em__backend((em_device_type)gpu.type);
+    if (!be || !be->linear) return;   /* self-test mode: the CPU has no such slot */
+    for (int dti = 0; dti < 2; dti++)
+        for (int cfg = 0; cfg < 4; cfg++) {
+            em_dtype dt = dti ? EM_BF16 : EM_F32;
+            double tol = dti ? 1e-2 : 1e-5;
+            bool has_bias = cfg & 1, gelu = cfg & 2;
+            em_scope_begin();
+            em_set_seed(5 + (uint64_t)cfg);
+            em_tensor *xc = em_randn(EM_SHAPE(67, 200), EM_F32, EM_CPU), *wc = em_randn(EM_SHAPE(300, 200), EM_F32, EM_CPU);
+            em_tensor *bc = em_randn(EM_SHAPE(300), EM_F32, EM_CPU);
+            /* the operands as dt sees them, so the f64 reference starts from the same values */
+            xc = em_to_dtype(em_to_dtype(xc, dt), EM_F64), wc = em_to_dtype(em_to_dtype(wc, dt), EM_F64);
+            bc = em_to_dtype(em_to_dtype(bc, dt), EM_F64);
+            em_tensor *x = em_to(em_to_dtype(xc, dt), gpu), *w = em_to(em_to_dtype(wc, dt), gpu);
+            em_tensor *b = em_to(em_to_dtype(bc, dt), gpu), *wt = em_transpose(w, 0, 1);
+            em_tensor *out = em_empty(EM_SHAPE(67, 300), dt, gpu);
+            em_status st = be->linear(out, x, wt, has_bias ? b : NULL, gelu ? EM_EPILOGUE_GELU_TANH : EM_EPILOGUE_NONE);
+            CHECK(st == EM_OK, "linear %s bias %d gelu %d: %s", em_dtype_name(dt), has_bias, gelu, em_last_error());
+            em_tensor *ref = em_matmul(x, wt), *ref64 = em_matmul(xc, em_transpose(wc, 0, 1));
+            if (has_bias) ref = em_add(ref, b), ref64 = em_add(ref64, bc);
+            if (gelu) ref = em_gelu_tanh(ref), ref64 = em_gelu_tanh(ref64);
+            bool same;
+            double r = st == EM_OK ? rel_diff(out, ref, &same) : INFINITY;
+            double r64 = st == EM_OK ? rel_diff(em_to_dtype(out, EM_F64), ref64, &same) : INFINITY;
+            CHECK(r <= tol && r64 <= tol, "linear %s bias %d gelu %d: relative difference %.3g to matmul+add, %.3g to "
+                  "the f64 CPU reference (tol %g)", em_dtype_name(dt), has_bias, gelu, r, r64, tol);
+            printf("linear epilogue %-8s bias %d gelu_tanh %d: vs matmul+add %.3g, vs f64 cpu %.3g\n", em_dtype_name(dt),
+                   has_bias, gelu, r, r64);
+            em_scope_end();
+        }
+    em_scope_begin();
+    em_tensor *x = em_ones(EM_SHAPE(4, 8), EM_F64, gpu), *w = em_ones(EM_SHAPE(8, 3), EM_F64, gpu);
+    em_tensor *out = em_full(EM_SHAPE(4, 3), 7.0, EM_F64, gpu);
+    em_status st = be->linear(out, x, w, NULL, EM_EPILOGUE_NONE);
+    em_tensor *h = em_to(out, EM_CPU);
+    CHECK(st == EM_ERR_UNSUPPORTED && h && em_get(h, (int64_t[]){3, 2}) == 7.0,
+          "linear f64: status %d (expected EM_ERR_UNSUPPORTED, out untouched)", (int)st);
+    em_clear_error();
+    em_scope_end();
+}
+
 /* ---- timing (EMBER_CUDA_BENCH=1) ------------------------------------------------------------------------------------ */
 static double now(void)
 {
@@ -1024,6 +1260,13 @@ static void b_softmax(em_tensor **in) { em_softmax(in[0], -1); }
 static void b_layer_norm(em_tensor **in) { em_layer_norm(in[0], in[1], in[2], 1e-12, NULL, NULL); }
 static void b_sum(em_tensor **in) { em_sum(in[0], EM_DIMS(0), false); }
 static void b_cast(em_tensor **in) { em_to_dtype(in[0], EM_BF16); }
+static em_optimizer *bench_opt;
+static void b_adamw(em_tensor **in) { (void)in; em_optimizer_step(bench_opt); }
+static void b_linear_fused(em_tensor **in)
+{
+    em__backend((em_device_type)gpu.type)->linear(in[3], in[0], em_transpose(in[1], 0, 1), in[2], EM_EPILOGUE_GELU_TANH);
+}
+static void b_linear_unfused(em_tensor **in) { em_gelu_tanh(em_add(em_matmul(in[0], em_transpose(in[1], 0, 1)), in[2])); }
 
 /* Median seconds per call of fn, over 5 runs of `iters` calls after a warm-up. */
 static double time_it(bench_fn fn, em_tensor **in, int iters)
@@ -1105,12 +1348,68 @@ static void bench(void)
     em_tensor *ln[3] = {em_randn(EM_SHAPE(4096, 768), EM_F32, gpu), em_ones(1, &D, EM_F32, gpu), em_zeros(1, &D, EM_F32, gpu)};
     s = time_it(b_layer_norm, ln, 50);
     printf("%-34s %10.1f %9.0f GB/s\n", "layer_norm [4096,768] f32", s * 1e6, 8.0 * 4096 * 768 / s / 1e9);
+    /* fused AdamW: 66M f32 parameters in 100 tensors (DistilBERT-sized), 28 bytes moved per element */
+    {
+        em_tensor *ps[100];
+        int64_t pn = 660000, total = 0;
+        for (int i = 0; i < 100; i++) {
+            ps[i] = em_requires_grad_(em_randn(1, &pn, EM_F32, gpu), true);
+            em_set_grad(ps[i], em_randn(1, &pn, EM_F32, gpu));
+            total += pn;
+        }
+        bench_opt = em_adamw_new(ps, 100, &(em_adamw_opts){.lr = 1e-4});
+        s = time_it(b_adamw, NULL, 10);
+        printf("%-34s %10.1f %9.0f GB/s\n", "adamw step 66M f32 (fused)", s * 1e6, 28.0 * (double)total / s / 1e9);
+        em_optimizer_free(bench_opt);
+    }
+    /* a DistilBERT FFN linear with GELU (tanh), bf16: the epilogue GEMM against matmul + add + gelu */
+    if (em__backend((em_device_type)gpu.type)->linear) {
+        em_tensor *in4[4] = {em_to_dtype(em_randn(EM_SHAPE(8192, 768), EM_F32, gpu), EM_BF16),
+                             em_to_dtype(em_randn(EM_SHAPE(3072, 768), EM_F32, gpu), EM_BF16),
+                             em_to_dtype(em_randn(EM_SHAPE(3072), EM_F32, gpu), EM_BF16),
+                             em_empty(EM_SHAPE(8192, 3072), EM_BF16, gpu)};
+        double fl = 2.0 * 8192 * 768 * 3072;
+        s = time_it(b_linear_fused, in4, 20);
+        printf("%-34s %10.1f %9.1f TF/s\n", "linear+gelu 8192x768x3072 bf16 lt", s * 1e6, fl / s / 1e12);
+        s = time_it(b_linear_unfused, in4, 20);
+        printf("%-34s %10.1f %9.1f TF/s\n", "linear+gelu 8192x768x3072 bf16 3op", s * 1e6, fl / s / 1e12);
+    }
     em_scope_end();
+}
+
+/* Lazy CUDA initialization (tensor/cuda/runtime.cu): loading ember makes no
+ * driver call, so a child forked before this process's first CUDA use can
+ * use the GPU; were CUDA initialized at load, the child's first CUDA call
+ * would fail. (Check's fork-mode suites rely on the same property.) Returns
+ * the child's status: 0 ok, 77 no GPU (from the child's own probe), else a failure. */
+static int forked_child_uses_gpu(void)
+{
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) return 0;   /* cannot fork: nothing to learn */
+    if (pid == 0) {
+        if (!em__backend(EM_DEVICE_CUDA)) _exit(77);
+        em_tensor *h = em_to(em_to(em_arange(0, 1000, 1, EM_F32, EM_CPU), EM_CUDA(0)), EM_CPU);
+        if (!h) fprintf(stderr, "child: %s\n", em_last_error());
+        _exit(h && em_get(h, (int64_t[]){999}) == 999 ? 0 : 1);
+    }
+    int status = 0;
+    if (waitpid(pid, &status, 0) != pid) return 0;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
 }
 
 int main(void)
 {
     bool self = getenv("EMBER_CUDA_SELFTEST") && atoi(getenv("EMBER_CUDA_SELFTEST"));
+    if (!self) {
+        int r = forked_child_uses_gpu();   /* before this process touches CUDA */
+        if (r == 77) {
+            printf("no CUDA device: skipped\n");
+            return 77;
+        }
+        CHECK(r == 0, "a child forked before the first CUDA use could not use the GPU (exit %d): CUDA initialized at load?", r);
+    }
     if (!self && !em__backend(EM_DEVICE_CUDA)) {
         printf("no CUDA device: skipped\n");
         return 77;
@@ -1119,6 +1418,9 @@ int main(void)
     int bad = op_loop();
     if (!self) test_runtime();
     test_distilbert_step();   /* in self-test mode: the CPU against itself */
+    test_fused_adamw();
+    test_fused_unscale();
+    test_linear_epilogue();
     if (!self && getenv("EMBER_CUDA_BENCH") && atoi(getenv("EMBER_CUDA_BENCH"))) bench();
     printf("\n%d checks, %d failed (%d op rows)\n", checks, failures, bad);
     return failures ? 1 : 0;

@@ -240,7 +240,7 @@ extern "C" em_status em__cuda_record_stream(int dev, const void *p, void *stream
 
 extern "C" void em__cuda_empty_cache(int dev)
 {
-    if (dev < 0 || dev >= EM_CUDA_MAX_DEVICES) return;
+    if (dev < 0 || dev >= em__cuda_device_count()) return;
     DevPool &dp = pools[dev];
     if (cudaSetDevice(dev) != cudaSuccess) {
         (void)cudaGetLastError();

@@ -40,6 +40,10 @@
 #define EM_CUDA_DECL(name) extern "C" int em_cuda_##name(const em_kargs *k);
 EM_KERNEL_OP_LIST(EM_CUDA_DECL)
 #undef EM_CUDA_DECL
+/* The fused multi-tensor slots of the table (contracts at em_backend). */
+extern "C" em_status em__cuda_adamw(int dev, const em_adamw_span *spans, int n, bool fma);   /* k_adamw.cu */
+extern "C" em_status em__cuda_unscale(int dev, em_tensor *const *t, int n, float inv, bool *found_inf);   /* k_unscale.cu */
+extern "C" em_status em__cuda_linear(em_tensor *out, em_tensor *a, em_tensor *b, em_tensor *bias, int act);   /* k_lt_matmul.cu */
 
 namespace emcu {
 

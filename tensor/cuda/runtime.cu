@@ -1,11 +1,18 @@
 /* ember — the CUDA runtime: device discovery, per-device streams, copies,
  * and the backend table (DESIGN.md §2 "Devices and dispatch").
  *
- * At load time a constructor asks the CUDA runtime how many GPUs there are;
- * with at least one it registers the backend table, so ops on EM_CUDA(i)
- * tensors dispatch here. Without one (no driver, no device, or
- * CUDA_VISIBLE_DEVICES="") nothing is registered and EM_CUDA devices are
- * "not available": the CPU path is untouched.
+ * Lazy initialization. Nothing here calls the CUDA runtime at load: a
+ * constructor only registers a probe (em__register_backend_probe), which
+ * dispatch runs on the first em__backend(EM_DEVICE_CUDA), i.e. the first
+ * CUDA use (a tensor made or moved to EM_CUDA(i), a device query). The probe
+ * asks how many GPUs there are (cudaGetDeviceCount, the first driver call)
+ * and hands over the backend table when there is at least one. Without one
+ * (no driver, no device, or CUDA_VISIBLE_DEVICES="") EM_CUDA devices are "not
+ * available". The reason: a process that initialized the driver before
+ * fork() cannot use CUDA in the child, and Check runs every CPU test in a
+ * forked child; CPU-only paths therefore never reach this file. Every other
+ * entry point (em__cuda_device_count for NCCL, the allocator, streams) goes
+ * through devices(), which runs the same one-time query.
  *
  * Each device gets, on first use, a compute stream (every kernel, cuBLAS
  * call and copy of that device) and a communication stream (NCCL), both
@@ -32,7 +39,22 @@ struct Ctx {
 };
 
 int n_devices = 0;
+std::once_flag devices_once;
 Ctx ctxs[EM_CUDA_MAX_DEVICES];
+
+/* GPUs usable here (at most EM_CUDA_MAX_DEVICES); the first call initializes the driver. */
+int devices()
+{
+    std::call_once(devices_once, [] {
+        int n = 0;
+        if (cudaGetDeviceCount(&n) != cudaSuccess || n <= 0) {
+            (void)cudaGetLastError();
+            n = 0;
+        }
+        n_devices = n < EM_CUDA_MAX_DEVICES ? n : EM_CUDA_MAX_DEVICES;
+    });
+    return n_devices;
+}
 
 void ctx_init(int dev, Ctx &c)
 {
@@ -57,8 +79,8 @@ em_status set_device(int dev)
 
 em_status check_index(int dev)
 {
-    if (dev < 0 || dev >= n_devices)
-        return em__fail(EM_ERR_INVALID, "CUDA: there is no device cuda:%d (%d present)", dev, n_devices);
+    if (dev < 0 || dev >= devices())
+        return em__fail(EM_ERR_INVALID, "CUDA: there is no device cuda:%d (%d present)", dev, devices());
     return EM_OK;
 }
 
@@ -84,7 +106,7 @@ extern "C" em_status em__cuda_error(const char *call, int err, const char *file,
                     file, line);
 }
 
-extern "C" int em__cuda_device_count(void) { return n_devices; }
+extern "C" int em__cuda_device_count(void) { return devices(); }
 
 extern "C" em_status em__cuda_begin(int dev, void **stream)
 {
@@ -147,7 +169,7 @@ em_status cuda_sync(int dev)
     return EM_OK;
 }
 
-int cuda_count(void) { return n_devices; }
+int cuda_count(void) { return devices(); }
 
 em_backend table;
 
@@ -158,14 +180,12 @@ em_backend table;
 extern "C" int em__cuda_link_anchor;
 int em__cuda_link_anchor = 1;
 
+/* The probe dispatch runs on the first CUDA use: the table when a GPU is here. */
+static const em_backend *em_cuda_probe(void) { return devices() > 0 ? &table : nullptr; }
+
+/* At load: fill the table and register the probe; no CUDA call (see the top). */
 __attribute__((constructor)) static void em_cuda_register(void)
 {
-    int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess || n <= 0) {
-        (void)cudaGetLastError();
-        return;
-    }
-    n_devices = n < EM_CUDA_MAX_DEVICES ? n : EM_CUDA_MAX_DEVICES;
     table.name = "cuda";
     table.type = EM_DEVICE_CUDA;
     table.alloc = cuda_alloc;
@@ -180,5 +200,8 @@ __attribute__((constructor)) static void em_cuda_register(void)
     table.cache_stats = em__cuda_cache_stats;
     table.host_alloc = em__cuda_host_alloc;
     table.host_free = em__cuda_host_free;
-    em__register_backend(&table);
+    table.adamw = em__cuda_adamw;
+    table.unscale = em__cuda_unscale;
+    table.linear = em__cuda_linear;
+    em__register_backend_probe(EM_DEVICE_CUDA, em_cuda_probe);
 }
