@@ -1,4 +1,5 @@
-/* ember — the umbrella header: include this and nothing else.
+/** @file
+ * ember — the umbrella header: include this and nothing else.
  * Layers (DESIGN.md §1): tensor -> amp -> autograd -> nn -> optim -> data -> distributed. */
 #ifndef EMBER_H
 #define EMBER_H

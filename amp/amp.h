@@ -1,4 +1,5 @@
-/* ember — amp/: autocast regions and dynamic loss scaling (DESIGN.md §3 "amp").
+/** @file
+ * ember — amp/: autocast regions and dynamic loss scaling (DESIGN.md §3 "amp").
  *
  * ---- Autocast ----------------------------------------------------------------
  * Inside an autocast region each op runs in the dtype its policy names,
@@ -66,58 +67,63 @@ extern "C" {
 #endif
 
 /* ---- autocast ------------------------------------------------------------------ */
-/* Opens a region on this thread: dtype EM_BF16 or EM_F16 runs matmul-class
+/** Opens a region on this thread: dtype EM_BF16 or EM_F16 runs matmul-class
  * ops in it; EM_F32 turns autocast off until the matching end. Misuse for
  * any other dtype. */
 void em_autocast_begin(em_dtype dtype);
-/* Closes the innermost region; the outermost one also empties the cast cache. */
+/** Closes the innermost region; the outermost one also empties the cast cache. */
 void em_autocast_end(void);
-/* EM_AUTOCAST_REGION(EM_BF16) { ... } — do not return/break out of the block. */
+/** EM_AUTOCAST_REGION(EM_BF16) { ... } — do not return/break out of the block. */
 #define EM_AUTOCAST_REGION(dtype) \
     for (int em__ac_ = (em_autocast_begin(dtype), 0); !em__ac_; em__ac_ = (em_autocast_end(), 1))
 
-bool em_autocast_enabled(void);    /* inside a region whose dtype is not f32 */
-em_dtype em_autocast_dtype(void);  /* the innermost region's dtype; EM_F32 outside */
-int em_autocast_depth(void);       /* open regions on this thread */
+bool em_autocast_enabled(void);    /**< inside a region whose dtype is not f32 */
+em_dtype em_autocast_dtype(void);  /**< the innermost region's dtype; EM_F32 outside */
+int em_autocast_depth(void);       /**< open regions on this thread */
 
-/* t as f32 (a recorded cast when t is bf16/f16, else t itself with one more
+/** t as f32 (a recorded cast when t is bf16/f16, else t itself with one more
  * reference), owned by the current scope: a model's outputs in f32. */
 em_tensor *em_autocast_output_f32(em_tensor *t);
 
-/* Counters of this thread, for tests and teaching. casts: casts the policy
+/** Counters of this thread, for tests and teaching. casts: casts the policy
  * made (cached or not); cache_hits: uses served by the cache; cached: live
  * cache entries now. */
 typedef struct em_autocast_stats {
-    int64_t casts, cache_hits, cached;
+    /** @{ */
+    int64_t casts, cache_hits, cached;   /**< as described above */
+    /** @} */
 } em_autocast_stats;
+/** This thread's counters now. */
 em_autocast_stats em_autocast_stats_get(void);
-void em_autocast_stats_reset(void);   /* zeroes casts and cache_hits */
+void em_autocast_stats_reset(void);   /**< zeroes casts and cache_hits */
 
 /* ---- GradScaler ------------------------------------------------------------------ */
+/** A dynamic loss scaler (torch.amp.GradScaler); made by em_grad_scaler_new,
+ * freed by em_grad_scaler_free. One per training loop; not thread-safe. */
 typedef struct em_grad_scaler em_grad_scaler;
 struct em_optimizer;
 
-/* Zero fields take torch's defaults: init_scale 2^16, growth_factor 2,
+/** Zero fields take torch's defaults: init_scale 2^16, growth_factor 2,
  * backoff_factor 0.5, growth_interval 2000. disabled: every call passes
  * through (scale returns the loss, step just steps), as torch's enabled=False.
  * Misuse: growth_factor <= 1 ("The growth factor must be > 1.0."),
  * backoff_factor >= 1 ("The backoff factor must be < 1.0."), or a
  * growth_interval or init_scale <= 0. */
 typedef struct em_grad_scaler_opts {
-    double init_scale;
-    double growth_factor;
-    double backoff_factor;
-    int64_t growth_interval;
-    bool disabled;
+    double init_scale;         /**< first scale; 0 -> 65536 */
+    double growth_factor;      /**< 0 -> 2 */
+    double backoff_factor;     /**< 0 -> 0.5 */
+    int64_t growth_interval;   /**< clean steps before growing; 0 -> 2000 */
+    bool disabled;             /**< pass-through scaler */
 } em_grad_scaler_opts;
 
-em_grad_scaler *em_grad_scaler_new(const em_grad_scaler_opts *opts);   /* opts may be NULL; NULL on OOM */
-void em_grad_scaler_free(em_grad_scaler *s);                            /* NULL is ok */
+em_grad_scaler *em_grad_scaler_new(const em_grad_scaler_opts *opts);   /**< opts may be NULL; NULL on OOM */
+void em_grad_scaler_free(em_grad_scaler *s);                            /**< NULL is ok */
 
-/* loss * scale, a recorded op owned by the current scope (loss itself, one
+/** loss * scale, a recorded op owned by the current scope (loss itself, one
  * more reference, when disabled). Backward from it gives scaled gradients. */
 em_tensor *em_grad_scaler_scale(em_grad_scaler *s, em_tensor *loss);
-/* Divides the gradients of opt's parameters by the scale, in place, and
+/** Divides the gradients of opt's parameters by the scale, in place, and
  * records whether any of them held an inf or NaN. One fused OpenMP pass per
  * run of gradients that are adjacent views of one buffer (a flat gradient
  * buffer: one pass in all); other gradients (another device, odd strides)
@@ -126,54 +132,64 @@ em_tensor *em_grad_scaler_scale(em_grad_scaler *s, em_tensor *loss);
  * and f64 parameters anyway). Misuse when called twice, or after step,
  * before update(). Call it before clipping (em_grad_scaler_clip_grad_norm). */
 em_status em_grad_scaler_unscale_(em_grad_scaler *s, struct em_optimizer *opt);
-/* Unscales (unless done since the last update) and steps opt unless an inf
+/** Unscales (unless done since the last update) and steps opt unless an inf
  * or NaN was found. *stepped (may be NULL) tells whether it stepped: when it
  * did not, do not step the LR scheduler either. Misuse when called twice
  * before update(), or when opt has no gradient ("No inf checks were recorded
  * for this optimizer."). The optimizer's own failure is returned. */
 em_status em_grad_scaler_step(em_grad_scaler *s, struct em_optimizer *opt, bool *stepped);
-/* Backs off or grows the scale from the steps since the last update, and
+/** Backs off or grows the scale from the steps since the last update, and
  * forgets them. Misuse when no optimizer was unscaled or stepped since the
  * last update ("No inf checks were recorded prior to update."). */
 void em_grad_scaler_update(em_grad_scaler *s);
-/* torch's update(new_scale): sets the scale (rounded to f32), leaves the
+/** torch's update(new_scale): sets the scale (rounded to f32), leaves the
  * growth tracker, forgets the steps. */
 void em_grad_scaler_update_to(em_grad_scaler *s, double new_scale);
-/* Unscales opt's gradients (as em_grad_scaler_unscale_, unless done since the
+/** Unscales opt's gradients (as em_grad_scaler_unscale_, unless done since the
  * last update) and clips them: em_optimizer_clip_grad_norm on true gradients. */
 em_status em_grad_scaler_clip_grad_norm(em_grad_scaler *s, struct em_optimizer *opt, double max_norm,
                                         double *total_norm);
 
-/* Whether opt's last em_grad_scaler_step since the last update skipped. */
+/** Whether opt's last em_grad_scaler_step since the last update skipped. */
 bool em_grad_scaler_step_was_skipped(const em_grad_scaler *s, const struct em_optimizer *opt);
-bool em_grad_scaler_is_enabled(const em_grad_scaler *s);
-double em_grad_scaler_get_scale(const em_grad_scaler *s);   /* 1.0 when disabled */
-int64_t em_grad_scaler_growth_tracker(const em_grad_scaler *s);
-double em_grad_scaler_get_growth_factor(const em_grad_scaler *s);
-double em_grad_scaler_get_backoff_factor(const em_grad_scaler *s);
-int64_t em_grad_scaler_get_growth_interval(const em_grad_scaler *s);
+bool em_grad_scaler_is_enabled(const em_grad_scaler *s);   /**< false for a disabled scaler (or NULL) */
+double em_grad_scaler_get_scale(const em_grad_scaler *s);   /**< 1.0 when disabled */
+int64_t em_grad_scaler_growth_tracker(const em_grad_scaler *s);   /**< clean steps since the last growth or backoff; 0 when disabled */
+double em_grad_scaler_get_growth_factor(const em_grad_scaler *s);   /**< the resolved growth_factor */
+double em_grad_scaler_get_backoff_factor(const em_grad_scaler *s);  /**< the resolved backoff_factor */
+int64_t em_grad_scaler_get_growth_interval(const em_grad_scaler *s); /**< the resolved growth_interval */
+/** Sets growth_factor for later updates; unchecked, as torch's setter. */
 void em_grad_scaler_set_growth_factor(em_grad_scaler *s, double v);
+/** Sets backoff_factor for later updates; unchecked, as torch's setter. */
 void em_grad_scaler_set_backoff_factor(em_grad_scaler *s, double v);
+/** Sets growth_interval for later updates; unchecked, as torch's setter. */
 void em_grad_scaler_set_growth_interval(em_grad_scaler *s, int64_t v);
 
-/* torch's state_dict(): the five values (all zero, enabled = false, for a
+/** torch's state_dict(): the five values (all zero, enabled = false, for a
  * disabled scaler, whose torch state_dict is empty). */
 typedef struct em_grad_scaler_state {
-    bool enabled;
-    double scale, growth_factor, backoff_factor;
-    int64_t growth_interval, growth_tracker;
+    bool enabled;                                  /**< false: every other field is 0 */
+    /** @{ */
+    double scale, growth_factor, backoff_factor;   /**< the scale and the update factors */
+    /** @} */
+    /** @{ */
+    int64_t growth_interval, growth_tracker;       /**< the interval and the clean-step count */
+    /** @} */
 } em_grad_scaler_state;
+/** s's state now (all zero for a disabled scaler or NULL). */
 em_grad_scaler_state em_grad_scaler_state_dict(const em_grad_scaler *s);
-/* torch's load_state_dict: a no-op on a disabled scaler; a state from a
+/** torch's load_state_dict: a no-op on a disabled scaler; a state from a
  * disabled one is EM_ERR_INVALID ("The source state dict is empty, possibly
  * because it was saved from a disabled instance of GradScaler."). */
 em_status em_grad_scaler_load_state_dict(em_grad_scaler *s, const em_grad_scaler_state *st);
-/* The state as a safetensors file with no tensors, like the schedulers':
+/** The state as a safetensors file with no tensors, like the schedulers':
  * metadata "format" = "ember.grad_scaler/1", "enabled", and (when enabled)
  * "scale", "growth_factor", "backoff_factor", "growth_interval",
  * "_growth_tracker" (torch's keys; 17 significant digits). Atomic write.
  * Loading a malformed file is EM_ERR_FORMAT and leaves the scaler unchanged. */
 em_status em_grad_scaler_state_save(const em_grad_scaler *s, const char *path);
+/** Reads a file written by em_grad_scaler_state_save into s (as
+ * em_grad_scaler_load_state_dict); I/O and format errors name path. */
 em_status em_grad_scaler_state_load(em_grad_scaler *s, const char *path);
 
 #ifndef EMBER_BUILDING

@@ -1,4 +1,5 @@
-/* ember — autograd/: reverse-mode automatic differentiation (DESIGN.md §3).
+/** @file
+ * ember — autograd/: reverse-mode automatic differentiation (DESIGN.md §3).
  *
  * Every op of tensor.h records a node when grad mode is on and one of its
  * inputs requires grad. em_backward walks those nodes from the loss, newest
@@ -22,45 +23,62 @@
 extern "C" {
 #endif
 
+/** A recorded op in the graph (opaque): the grad_fn of the tensors it made. */
 typedef struct em_node em_node;
 
 /* ---- leaves and grad mode --------------------------------------------------- */
-/* Marks t (a leaf: made by the user, not by a recorded op) as requiring grad. Returns t. */
+/** Marks t (a leaf: made by the user, not by a recorded op) as requiring grad, or
+ * clears the mark. Returns t (no new reference). Misuse: t is not a leaf, or
+ * requires_grad for a non-float dtype. NULL on OOM. */
 em_tensor *em_requires_grad_(em_tensor *t, bool requires_grad);
+/** Whether gradients flow to t: a leaf marked so, or the result of a recorded op. */
 bool em_requires_grad(const em_tensor *t);
+/** Whether t was not made by a recorded op (plain tensors are leaves too). */
 bool em_is_leaf(const em_tensor *t);
-/* The accumulated gradient of a leaf, or NULL. Owned by t. */
+/** The accumulated gradient of a leaf, or NULL. Owned by t. */
 em_tensor *em_grad(const em_tensor *t);
-/* Replaces t's gradient (NULL clears it, like `p.grad = None`). The tensor is retained. */
+/** Replaces t's gradient (NULL clears it, like `p.grad = None`). The tensor is retained.
+ * Misuse: grad's shape or dtype differs from t's. */
 void em_set_grad(em_tensor *t, em_tensor *grad);
-/* A new tensor sharing t's storage, without history. */
+/** A new tensor sharing t's storage, without history (it does not require grad).
+ * Owned like an op result. */
 em_tensor *em_detach(em_tensor *t);
-/* The node that made t ("add", "matmul", ...), or NULL for leaves. */
+/** The node that made t ("add", "matmul", ...), or NULL for leaves. */
 const char *em_grad_fn_name(const em_tensor *t);
 
+/** Whether ops record for autograd on this thread (true unless turned off). */
 bool em_is_grad_enabled(void);
-/* Returns the previous mode. Per thread. */
+/** Turns recording on or off on this thread; returns the previous mode. */
 bool em_set_grad_enabled(bool enabled);
-/* EM_NO_GRAD { ... } — recording off inside; do not return/break out of it. */
+/** EM_NO_GRAD { ... } — recording off inside; do not return/break out of it. */
 #define EM_NO_GRAD for (int em__g_ = 0, em__p_ = em_set_grad_enabled(false); !em__g_; em__g_ = 1, em_set_grad_enabled(em__p_))
 
 /* ---- backward ------------------------------------------------------------------ */
+/** Options of em_backward_ex; a zeroed struct means em_backward. */
 typedef struct em_backward_opts {
-    em_tensor *grad;      /* d(root): required unless root has one element (then 1) */
-    bool retain_graph;    /* keep saved tensors for another backward               */
+    em_tensor *grad;      /**< d(root): required unless root has one element (then 1) */
+    bool retain_graph;    /**< keep saved tensors for another backward               */
 } em_backward_opts;
+/** Back-propagates from root (one element: d(root) = 1) and accumulates into
+ * the .grad of every leaf that requires grad; then frees the graph's saved
+ * tensors. NULL root: nothing. Misuse: see the file comment. */
 void em_backward(em_tensor *root);
+/** em_backward with a gradient for a non-scalar root (root's shape) and/or
+ * retain_graph. opts may be NULL. */
 void em_backward_ex(em_tensor *root, const em_backward_opts *opts);
 
 /* ---- hooks --------------------------------------------------------------------- */
-/* Called with t's gradient as soon as it is computed (before it is accumulated
+/** Called with t's gradient as soon as it is computed (before it is accumulated
  * into a leaf's .grad or passed on). Return a replacement (owned by the current
  * scope, e.g. an op result) or NULL to keep the gradient as it is. */
 typedef em_tensor *(*em_grad_hook)(em_tensor *grad, void *user);
+/** Registers fn on t (which must require grad; misuse otherwise). Hooks run in
+ * registration order, each on the previous one's result. */
 void em_register_hook(em_tensor *t, em_grad_hook fn, void *user);
-/* Called on a leaf right after its .grad was accumulated (DDP starts bucket
+/** Called on a leaf right after its .grad was accumulated (DDP starts bucket
  * all-reduces from here). Hooks fire in the order they were registered. */
 typedef void (*em_post_accumulate_hook)(em_tensor *leaf, void *user);
+/** Registers fn on leaf, which must be a leaf that requires grad (misuse otherwise). */
 void em_register_post_accumulate_grad_hook(em_tensor *leaf, em_post_accumulate_hook fn, void *user);
 /** Removes the hook registered on t as (fn, user) (torch's handle.remove();
  * here the pair is the handle). Returns true when one was found and removed,
@@ -72,16 +90,18 @@ bool em_remove_hook(em_tensor *t, em_grad_hook fn, void *user);
 bool em_remove_post_accumulate_grad_hook(em_tensor *leaf, em_post_accumulate_hook fn, void *user);
 
 /* ---- gradcheck ------------------------------------------------------------------ */
-/* f maps n f64 inputs to one f64 output. Compares the analytic gradient of
+/** f maps n f64 inputs to one f64 output. Compares the analytic gradient of
  * sum(out * w) (w random, fixed) with central differences of step eps.
  * Returns true when |analytic - numeric| <= atol + rtol*|numeric| everywhere;
  * writes the worst mismatch into report (cap bytes) either way. */
 typedef em_tensor *(*em_gradcheck_fn)(int n, em_tensor **inputs, void *user);
+/** Runs the check on inputs[0..n) (f64; those that require grad are checked,
+ * and their .grad is cleared first). report may be NULL. */
 bool em_gradcheck(em_gradcheck_fn f, int n, em_tensor **inputs, void *user, double eps, double atol,
                   double rtol, char *report, size_t cap);
 
 /* ---- graph export ---------------------------------------------------------------- */
-/* Writes the graph that produced t as Graphviz DOT: one box per node (op name,
+/** Writes the graph that produced t as Graphviz DOT: one box per node (op name,
  * output shape and dtype), leaves as ellipses. Atomic write. */
 em_status em_graph_dot(em_tensor *t, const char *path);
 
