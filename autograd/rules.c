@@ -357,6 +357,43 @@ static void bw_cross_entropy(em_node *n, em_tensor *const *g, em_tensor **gin)
     gin[0] = em__cross_entropy_backward(g[0], IN(0), IN(1), OUT(1), n->saved.i[0], (em_reduction)n->saved.i[1]);
 }
 
+/* in: q, k, v, lens or NULL; out: o, lse (statistics: no gradient). The backend's
+ * fused backward when it has one and takes the case (cuDNN: tensor/cuda/
+ * k_sdpa_cudnn.cu); else the composed gradient, recomputing the weights P:
+ * dV = P^T g, dS = softmax_backward(P, g V^T) (0 at masked keys, as the
+ * composed forward's masked_fill gives), dQ = s dS K, dK = s dS^T Q. */
+static void bw_sdpa(em_node *n, em_tensor *const *g, em_tensor **gin)
+{
+    em_tensor *q = IN(0), *k = IN(1), *v = IN(2), *lens = IN(3);
+    double scale = n->saved.f[0];
+    const em_backend *be = em__backend((em_device_type)n->device.type);
+    if (be && be->sdpa_bwd) {
+        em_tensor *dout = em_contiguous(g[0]);
+        em_tensor *dq = em_empty(GEOM(0), q->dtype, n->device), *dk = em_empty(GEOM(1), k->dtype, n->device);
+        em_tensor *dv = em_empty(GEOM(2), v->dtype, n->device);
+        if (dout && dq && dk && dv && be->sdpa_bwd(dq, dk, dv, q, k, v, lens, scale, OUT(0), OUT(1), dout) == EM_OK) {
+            if (NEEDS(0)) gin[0] = dq;
+            if (NEEDS(1)) gin[1] = dk;
+            if (NEEDS(2)) gin[2] = dv;
+            return;
+        }
+    }
+    em_tensor *s = em_mul_scalar(em_matmul(q, em_transpose(k, 2, 3)), scale), *keep = NULL;
+    if (lens) {
+        keep = em_eq(em__sdpa_lens_mask(lens, k->shape[2]), em_scalar(0, EM_BOOL, n->device));
+        s = em_masked_fill(s, keep, s ? (s->dtype == EM_F64 ? -1.7976931348623157e308
+                                         : s->dtype == EM_F16 ? -65504.0
+                                         : s->dtype == EM_BF16 ? -3.3895313892515355e38 : -3.4028234663852886e38) : 0);
+    }
+    em_tensor *p = em_softmax(s, -1);
+    if (NEEDS(2)) gin[2] = em_matmul(em_transpose(p, 2, 3), g[0]);
+    if (!NEEDS(0) && !NEEDS(1)) return;
+    em_tensor *ds = em__softmax_backward(p, em_matmul(g[0], em_transpose(v, 2, 3)), -1, false);
+    if (keep) ds = em_masked_fill(ds, keep, 0);
+    if (NEEDS(0)) gin[0] = em_mul_scalar(em_matmul(ds, k), scale);
+    if (NEEDS(1)) gin[1] = em_mul_scalar(em_matmul(em_transpose(ds, 2, 3), q), scale);
+}
+
 /* ---- shape and index ops ----------------------------------------------------------------- */
 /* cat: each input gets its slice of g along dim (a view, no copy) */
 static void bw_cat(em_node *n, em_tensor *const *g, em_tensor **gin)
@@ -447,6 +484,7 @@ const em_rule em_rules[EM_NUM_OPS] = {
     [EM_OP_EMBEDDING] = DIFF(bw_embedding, 2, 0, GC),
     [EM_OP_DROPOUT] = DIFF1(bw_dropout, 0, 0, GC),
     [EM_OP_CROSS_ENTROPY] = DIFF1(bw_cross_entropy, 3, 2, GC),
+    [EM_OP_SDPA] = DIFF1(bw_sdpa, 15, 3, GC),
     [EM_OP_CAT] = DIFF(bw_cat, 0, 0, GC),
     [EM_OP_INDEX_SELECT] = DIFF(bw_index_select, 2, 0, GC),
     [EM_OP_GATHER] = DIFF(bw_gather, 2, 0, GC),

@@ -1,6 +1,6 @@
 /* ember — front-ends made for autograd (declared in tensor/op_grad.h): the
  * GELU backward kernels, embedding with a padding_idx, and scaled dot-product
- * attention composed from recorded ops. */
+ * attention: composed from recorded ops, or the fused op SDPA on CUDA. */
 #include "tensor/op_grad.h"
 #include "tensor/tensor_internal.h"
 
@@ -103,6 +103,134 @@ static double finfo_min(em_dtype dt)
     }
 }
 
+/* The composed path: recorded ops, as Hugging Face writes it. q, k, v are
+ * checked; mask NULL or bool broadcastable to the scores. */
+static em_tensor *sdpa_composed(em_tensor *q, em_tensor *k, em_tensor *v, em_tensor *mask, double dropout_p,
+                                uint64_t seed, uint64_t offset)
+{
+    em_tensor *out = NULL;
+    em_scope_begin();
+    em_tensor *qs = em_mul_scalar(q, 1.0 / sqrt((double)q->shape[3]));
+    em_tensor *scores = em_matmul(qs, em_transpose(k, 2, 3));
+    if (mask && scores) {
+        em_tensor *masked_out = em_eq(mask, em_scalar(0, EM_BOOL, mask->device));
+        scores = em_masked_fill(scores, masked_out, finfo_min(q->dtype));
+    }
+    em_tensor *w = em_softmax(scores, -1);
+    if (dropout_p > 0.0) w = em_dropout(w, dropout_p, seed, offset, NULL);
+    out = em_matmul(w, v);
+    if (out) em_keep(out);
+    em_scope_end();
+    return out;
+}
+
+/* [B,1,1,Sk] bool: key j of batch b kept when j < lens[b]. */
+em_tensor *em__sdpa_lens_mask(em_tensor *lens, int64_t sk)
+{
+    EM_PROPAGATE_NULL(lens);
+    em_tensor *r = NULL;
+    em_scope_begin();
+    em_tensor *j = em_reshape(em_arange(0, (double)sk, 1, EM_I64, lens->device), 4, (int64_t[]){1, 1, 1, sk});
+    em_tensor *l = em_reshape(em_to_dtype(lens, EM_I64), 4, (int64_t[]){lens->shape[0], 1, 1, 1});
+    em_tensor *m = em_lt(j, l);
+    if (m) r = em_keep(m);
+    em_scope_end();
+    return r;
+}
+
+em_tensor *em__sdpa(em_tensor *q, em_tensor *k, em_tensor *v, em_tensor *lens)
+{
+    static const char op[] = "em__sdpa";
+    EM_PROPAGATE_NULL(q, k, v);
+    EM_CHECK(q->ndim == 4 && k->ndim == 4 && v->ndim == 4 && em_dtype_is_float(q->dtype) && k->dtype == q->dtype &&
+                 v->dtype == q->dtype && same_shape(k, v) && k->shape[0] == q->shape[0] &&
+                 k->shape[1] == q->shape[1] && k->shape[3] == q->shape[3],
+             op, "q %s, k %s, v %s must be [B,H,Sq,D], [B,H,Sk,D] of one float dtype", em__shape_str(q),
+             em__shape_str(k), em__shape_str(v));
+    EM_CHECK(em_device_eq(q->device, k->device) && em_device_eq(q->device, v->device), op,
+             "q, k, v are on different devices");
+    EM_CHECK(!lens || (lens->ndim == 1 && lens->shape[0] == q->shape[0] &&
+                       (lens->dtype == EM_I32 || lens->dtype == EM_I64) && em_device_eq(lens->device, q->device)),
+             op, "lens must be i32/i64 [%lld] on q's device, got %s %s", (long long)q->shape[0],
+             lens ? em_dtype_name(lens->dtype) : "", lens ? em__shape_str(lens) : "");
+    em_tensor *r = NULL;
+    em_scope_begin();
+    em_tensor *l32 = lens ? em_contiguous(em_to_dtype(lens, EM_I32)) : NULL;
+    int64_t oshape[4] = {q->shape[0], q->shape[1], q->shape[2], q->shape[3]};
+    int64_t lshape[4] = {q->shape[0], q->shape[1], q->shape[2], 1};
+    em_tensor *out = em__empty(4, oshape, q->dtype, q->device), *lse = em__empty(4, lshape, EM_F32, q->device);
+    if (out && lse && (!lens || l32)) {
+        em_kargs ka = {.op = EM_OP_SDPA, .in = {q, k, v, l32}, .out = {out, lse},
+                       .f = {1.0 / sqrt((double)q->shape[3])}};
+        em_status s = em__dispatch(&ka);
+        if (s == EM_OK) r = em_keep(out);
+        else if (s == EM_ERR_UNSUPPORTED)   /* the backend declined (no error set): compose */
+            r = em_keep(sdpa_composed(q, k, v, lens ? em__sdpa_lens_mask(l32, k->shape[2]) : NULL, 0.0, 0, 0));
+    }
+    em_scope_end();
+    return r;
+}
+
+/* Key lengths from a key-padding mask, for the fused path, cached for the
+ * last mask seen on this thread (the layers of one forward share it, so the
+ * device-to-host read happens once per forward). The cache holds an alias
+ * of the mask, so its storage cannot be freed and reused under the key.
+ * Returns true with *lens (scope-owned i32 [B] on q's device) when the mask
+ * is constant over heads and query rows and every batch row keeps a
+ * non-empty prefix of keys (right padding); false otherwise (or on OOM). */
+static _Thread_local struct {
+    em_tensor *mask;     /* alias, owned */
+    uint32_t version;
+    em_tensor *lens;     /* owned, NULL when the mask is not a prefix mask */
+} lens_cache;
+
+static bool same_geometry(const em_tensor *a, const em_tensor *b)
+{
+    return a->storage == b->storage && a->offset == b->offset && same_shape(a, b) &&
+           !memcmp(a->stride, b->stride, sizeof(int64_t) * (size_t)a->ndim);
+}
+
+static bool key_lengths(em_tensor *mask, em_tensor *q, int64_t sk, em_tensor **lens)
+{
+    int64_t B = q->shape[0], shape[4] = {1, 1, 1, 1};
+    for (int d = 0; d < mask->ndim; d++) shape[4 - mask->ndim + d] = mask->shape[d];
+    if (shape[1] != 1 || shape[2] != 1 || shape[3] != sk) return false;
+    if (lens_cache.mask && same_geometry(lens_cache.mask, mask) && lens_cache.version == mask->storage->version) {
+        *lens = lens_cache.lens;
+        return *lens != NULL;
+    }
+    em_tensor *fresh = NULL;
+    bool ok = true;
+    em_scope_begin();
+    em_tensor *h = em_contiguous(em_to(em_reshape(mask, 2, (int64_t[]){shape[0], sk}), EM_CPU));
+    int32_t *l = em__malloc(sizeof(int32_t) * (size_t)B);
+    ok = h && l;
+    for (int64_t b = 0; ok && b < B; b++) {
+        const uint8_t *row = (const uint8_t *)h->storage->data + h->offset + (shape[0] == 1 ? 0 : b) * sk;
+        int64_t n = 0;
+        while (n < sk && row[n]) n++;
+        for (int64_t j = n; j < sk && ok; j++) ok = !row[j];
+        ok = ok && n > 0;   /* a row with no key: HF's uniform weights, which the fused engine does not give */
+        if (ok) l[b] = (int32_t)n;
+    }
+    if (ok) fresh = em_to(em_from_data(l, 1, (int64_t[]){B}, EM_I32), q->device);
+    if (fresh) em_retain(fresh);
+    em__free(l);
+    em_scope_end();
+    em_tensor *alias = em__alias(mask);
+    if (!alias) {
+        em_release(fresh);
+        return false;
+    }
+    em_release(lens_cache.mask);
+    em_release(lens_cache.lens);
+    lens_cache.mask = alias;
+    lens_cache.version = mask->storage->version;
+    lens_cache.lens = fresh;
+    *lens = fresh;
+    return fresh != NULL;
+}
+
 em_tensor *em_scaled_dot_product_attention(em_tensor *q, em_tensor *k, em_tensor *v, em_tensor *mask,
                                            double dropout_p, uint64_t seed, uint64_t offset)
 {
@@ -131,18 +259,16 @@ em_tensor *em_scaled_dot_product_attention(em_tensor *q, em_tensor *k, em_tensor
                      !memcmp(bs, sshape, sizeof sshape),
                  op, "mask %s does not broadcast to the scores %s", em__shape_str(mask), em__dims_str(4, sshape));
     }
-    em_tensor *out = NULL;
-    em_scope_begin();
-    em_tensor *qs = em_mul_scalar(q, 1.0 / sqrt((double)q->shape[3]));
-    em_tensor *scores = em_matmul(qs, em_transpose(k, 2, 3));
-    if (mask && scores) {
-        em_tensor *masked_out = em_eq(mask, em_scalar(0, EM_BOOL, mask->device));
-        scores = em_masked_fill(scores, masked_out, finfo_min(q->dtype));
+    /* The fused path (op SDPA, cuDNN on CUDA: tensor/cuda/k_sdpa_cudnn.cu): CUDA
+     * half types, no dropout (ember's Philox masks must match the CPU's bit for
+     * bit, which cuDNN's dropout would not), a head dim cuDNN takes, and no mask
+     * or a right-padding key mask. em__sdpa composes the same ops when cuDNN
+     * declines the shape. Everything else, the CPU included, composes below. */
+    int64_t dh = q->shape[3];
+    if (dropout_p == 0.0 && q->device.type == EM_DEVICE_CUDA && (q->dtype == EM_F16 || q->dtype == EM_BF16) &&
+        dh % 8 == 0 && dh <= 128) {
+        em_tensor *lens = NULL;
+        if (!mask || key_lengths(mask, q, k->shape[2], &lens)) return em__sdpa(q, k, v, lens);
     }
-    em_tensor *w = em_softmax(scores, -1);
-    if (dropout_p > 0.0) w = em_dropout(w, dropout_p, seed, offset, NULL);
-    out = em_matmul(w, v);
-    if (out) em_keep(out);
-    em_scope_end();
-    return out;
+    return sdpa_composed(q, k, v, mask, dropout_p, seed, offset);
 }

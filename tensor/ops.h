@@ -76,7 +76,14 @@ struct em_tensor;
     X(INDEX_SELECT) X(GATHER) X(SCATTER_ADD)                                             \
     /* RAND U[f0,f1), RANDN N(f0,f1), BERNOULLI p=f0 (bool): out[0]; i[0]=seed, i[1]=offset\
        (the first Philox counter; element e uses counter offset + e/4, lane e%4) */      \
-    X(RAND) X(RANDN) X(BERNOULLI)
+    X(RAND) X(RANDN) X(BERNOULLI)                                                        \
+    /* SDPA: fused attention softmax(f[0] q k^T, keys >= lens[b] filled with the dtype's   \
+       lowest finite value) v. in[0]=q [B,H,Sq,D], in[1]=k, in[2]=v [B,H,Sk,D] (one float \
+       dtype, any strides), in[3]=lens i32 [B] (key padding: keys j >= lens[b] masked) or \
+       NULL -> out[0] [B,H,Sq,D], out[1]=lse f32 [B,H,Sq,1] (logsumexp of the masked     \
+       scaled scores). A backend may decline a case with EM_ERR_UNSUPPORTED, no error  \
+       set (cuDNN's engine: half types only); em__sdpa then composes it (op_grad.c). */  \
+    X(SDPA)
 
 typedef enum em_op {
 #define EM_OP_ENUM(name) EM_OP_##name,

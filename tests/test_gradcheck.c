@@ -215,6 +215,11 @@ MK(scatter_add, x[0] = R(EM_SHAPE(3, 4), -1, 1); x[1] = I64(EM_SHAPE(2, 3), V64(
    x[2] = R(EM_SHAPE(2, 4), -1, 1))
 F(scatter_add, em_scatter_add(x[0], 0, x[1], x[2]))
 
+MK(sdpa, x[0] = R(EM_SHAPE(2, 2, 3, 4), -1, 1); x[1] = R_t(EM_SHAPE(2, 2, 3, 4), -1, 1);
+   x[2] = R(EM_SHAPE(2, 2, 3, 4), -1, 1); x[3] = em_from_data((const int32_t[]){3, 2}, EM_SHAPE(2), EM_I32))
+F(sdpa_fused, em__sdpa(x[0], x[1], x[2], x[3]))
+F(sdpa_fused_nomask, em__sdpa(x[0], x[1], x[2], NULL))
+
 typedef struct gc_case {
     em_op op;
     const char *label;
@@ -288,6 +293,8 @@ static const gc_case cases[] = {
     C(CROSS_ENTROPY, "cross_entropy mean, one ignored row", 2, ce, ce_mean),
     C(CROSS_ENTROPY, "cross_entropy sum", 2, ce, ce_sum),
     C(CROSS_ENTROPY, "cross_entropy none", 2, ce, ce_none),
+    C(SDPA, "fused sdpa [2,2,3,4], transposed k, key lengths (3, 2)", 4, sdpa, sdpa_fused),
+    C(SDPA, "fused sdpa without a mask", 3, sdpa, sdpa_fused_nomask),
     C(CAT, "cat dim 1 with a transposed input and a legacy [0]", 4, cat, cat),
     C(CAT, "stack dim 0", 1, x34, stack),
     C(CAT, "stack dim 2, mixed layouts", 4, cat, stack_mixed),

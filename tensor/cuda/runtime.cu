@@ -203,5 +203,6 @@ __attribute__((constructor)) static void em_cuda_register(void)
     table.adamw = em__cuda_adamw;
     table.unscale = em__cuda_unscale;
     table.linear = em__cuda_linear;
+    table.sdpa_bwd = em__cuda_sdpa_bwd;
     em__register_backend_probe(EM_DEVICE_CUDA, em_cuda_probe);
 }
