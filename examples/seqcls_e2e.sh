@@ -6,7 +6,10 @@
 #       label, and the obvious sentences get the obvious labels.
 #   seqcls_e2e.sh launch SEQCLS CLASSIFY EMBER BUILDDIR
 #       the same training on 1 process and under `ember launch
-#       --num_processes 2`: the final accuracies agree within 1 point.
+#       --num_processes 2`: the final accuracies agree within 1 point; the
+#       launched run's --log and --tensorboard outputs come from the main
+#       process only (one JSONL file with one line per optimizer step plus one
+#       per epoch, one event file).
 mode=$1 seqcls=$2 classify=$3 ember=$4 out=$5
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -41,7 +44,8 @@ single)
     [ "$(sed -n 2p "$work/cls.out" | awk '{print $3}')" = negative ] || fail "sentence 2 should be negative"
     ;;
 launch)
-    "$ember" launch --num_processes 2 "$seqcls" --min-accuracy 0.95 >"$work/two.log" 2>&1
+    "$ember" launch --num_processes 2 "$seqcls" --min-accuracy 0.95 --log "$work/two.jsonl" \
+        --tensorboard "$work/tb" >"$work/two.log" 2>&1
     rc=$?
     cat "$work/two.log"
     [ $rc -eq 0 ] || fail "ember launch --num_processes 2 seqcls exited $rc"
@@ -51,6 +55,14 @@ launch)
     awk -v a="$one" -v b="$two" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 0.01) }' ||
         fail "1 process: $one, 2 processes: $two: more than 1 point apart"
     echo "1 process: $one, 2 processes: $two"
+    steps=$(sed -n 's/.* \([0-9]*\) optimizer steps.*/\1/p' "$work/two.log" | head -1)
+    epochs=$(grep -c '^epoch [0-9]* dev accuracy' "$work/two.log")
+    lines=$(wc -l <"$work/two.jsonl")
+    [ -n "$steps" ] && [ "$lines" -eq $((steps + epochs)) ] ||
+        fail "the JSONL log has $lines lines, want $steps steps + $epochs epochs (main process only)"
+    [ "$(ls "$work/tb" | grep -c '^events\.out\.tfevents\.')" -eq 1 ] || fail "want one TensorBoard event file: $(ls "$work/tb")"
+    [ -s "$work/tb/$(ls "$work/tb")" ] || fail "the TensorBoard event file is empty"
+    echo "logs: $lines JSONL lines, one event file"
     ;;
 *) fail "unknown mode $mode" ;;
 esac
