@@ -120,6 +120,33 @@ static bool list_has(char **l, int n, const char *s)
     return false;
 }
 
+/* Gradients: per tensor, max |ember - HF| over max |HF| must stay under 1e-5
+ * for every parameter of m against the golden file's "grad.<name>" tensors.
+ * An exactly-zero gradient in exact arithmetic (DistilBERT's k_lin.bias:
+ * softmax ignores a per-row constant) leaves both sides with rounding noise,
+ * so the normalizer is floored at 1e-3 of the largest gradient of the model.
+ * Returns how many gradients were compared. */
+static int check_every_gradient(em_module *m, em_safetensors *g)
+{
+    double scale = 0;
+    for (int i = 0; i < em_safetensors_count(g); i++)
+        if (!strncmp(em_safetensors_name(g, i), "grad.", 5))
+            scale = fmax(scale, em_item(em_max_all(em_abs(em_safetensors_get(g, em_safetensors_name(g, i))))));
+    em_named_tensors ps = em_module_named_parameters(m);
+    for (int i = 0; i < ps.n; i++) {
+        char key[256];
+        snprintf(key, sizeof key, "grad.%s", ps.items[i].name);
+        em_tensor *ref = em_safetensors_get(g, key), *got = em_grad(ps.items[i].tensor);
+        ck_assert_msg(ref != NULL, "no golden gradient for %s", ps.items[i].name);
+        ck_assert_msg(got != NULL, "no gradient for %s", ps.items[i].name);
+        double e = normwise_err(got, ref, 1e-3 * scale);
+        ck_assert_msg(e < 1e-5, "gradient of %s: normwise error %g", ps.items[i].name, e);
+    }
+    int n = ps.n;
+    em_named_tensors_free(&ps);
+    return n;
+}
+
 /* ---- parity with transformers ------------------------------------------------------ */
 
 START_TEST(seqcls_logits_loss_and_every_gradient_match_hf)
@@ -152,27 +179,7 @@ START_TEST(seqcls_logits_loss_and_every_gradient_match_hf)
         ck_assert_msg(e_logits < 1e-5 && e_logits64 < 1e-5, "logits: %g vs HF f32, %g vs f64", e_logits, e_logits64);
         ck_assert_msg(e_loss < 1e-5, "loss: relative error %g", e_loss);
         em_backward(out.loss);
-        /* Gradients: per tensor, max |ember - HF| over max |HF| must stay under 1e-5.
-         * k_lin.bias has an exactly-zero gradient in exact arithmetic (softmax
-         * ignores a per-row constant), so both sides hold rounding noise: the
-         * normalizer is floored at 1e-3 of the largest gradient of the model. */
-        double scale = 0;
-        for (int i = 0; i < em_safetensors_count(g); i++)
-            if (!strncmp(em_safetensors_name(g, i), "grad.", 5))
-                scale = fmax(scale, em_item(em_max_all(em_abs(em_safetensors_get(g, em_safetensors_name(g, i))))));
-        em_named_tensors ps = em_module_named_parameters(&m->base);
-        for (int i = 0; i < ps.n; i++) {
-            char key[256];
-            snprintf(key, sizeof key, "grad.%s", ps.items[i].name);
-            em_tensor *ref = em_safetensors_get(g, key);
-            ck_assert_msg(ref != NULL, "no golden gradient for %s", ps.items[i].name);
-            em_tensor *got = em_grad(ps.items[i].tensor);
-            ck_assert_msg(got != NULL, "no gradient for %s", ps.items[i].name);
-            double e = normwise_err(got, ref, 1e-3 * scale);
-            ck_assert_msg(e < 1e-5, "gradient of %s: normwise error %g", ps.items[i].name, e);
-            n_grads++;
-        }
-        em_named_tensors_free(&ps);
+        n_grads = check_every_gradient(&m->base, g);
         /* the padding row of the word embeddings gets no gradient */
         em_tensor *gw = em_grad(em_module_get(&m->base, "distilbert.embeddings.word_embeddings.weight"));
         ck_assert_double_eq(em_item(em_max_all(em_abs(em_select(gw, 0, 0)))), 0.0);
@@ -211,22 +218,7 @@ START_TEST(bert_seqcls_logits_loss_and_every_gradient_match_hf)
         double e_loss = normwise_err(out.loss, em_safetensors_get(g, "loss"), 0);
         ck_assert_msg(e_logits < 1e-5 && e_loss < 1e-5, "logits %g, loss %g", e_logits, e_loss);
         em_backward(out.loss);
-        double scale = 0;
-        for (int i = 0; i < em_safetensors_count(g); i++)
-            if (!strncmp(em_safetensors_name(g, i), "grad.", 5))
-                scale = fmax(scale, em_item(em_max_all(em_abs(em_safetensors_get(g, em_safetensors_name(g, i))))));
-        em_named_tensors ps = em_module_named_parameters(&m->base);
-        for (int i = 0; i < ps.n; i++) {
-            char key[256];
-            snprintf(key, sizeof key, "grad.%s", ps.items[i].name);
-            em_tensor *ref = em_safetensors_get(g, key), *got = em_grad(ps.items[i].tensor);
-            ck_assert_msg(ref != NULL, "no golden gradient for %s", ps.items[i].name);
-            ck_assert_msg(got != NULL, "no gradient for %s", ps.items[i].name);
-            double e = normwise_err(got, ref, 1e-3 * scale);
-            ck_assert_msg(e < 1e-5, "gradient of %s: normwise error %g", ps.items[i].name, e);
-            n_grads++;
-        }
-        em_named_tensors_free(&ps);
+        n_grads = check_every_gradient(&m->base, g);
     }
     ck_assert_int_eq(n_grads, 41);   /* every parameter of the HF model, the pooler's included */
     em_safetensors_close(g);
