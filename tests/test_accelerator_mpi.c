@@ -31,30 +31,8 @@
 #include <time.h>
 #include <unistd.h>
 
-static int g_rank, g_world, g_failed;
+#include "rank_check.h"
 
-#define CHECK(cond, ...) do {                                                                 \
-        if (!(cond)) {                                                                         \
-            g_failed++;                                                                        \
-            fprintf(stderr, "FAIL rank %d %s:%d: %s: ", g_rank, __FILE__, __LINE__, #cond);    \
-            fprintf(stderr, __VA_ARGS__);                                                      \
-            fprintf(stderr, "\n");                                                             \
-        }                                                                                      \
-    } while (0)
-#define CHECK_OK(expr) do { em_status s_ = (expr); CHECK(s_ == EM_OK, "%s: %s", em_status_name(s_), em_last_error()); } while (0)
-
-static void pass(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void pass(const char *fmt, ...)
-{
-    if (g_rank != 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    printf("PASS ");
-    vprintf(fmt, ap);
-    printf("\n");
-    fflush(stdout);
-    va_end(ap);
-}
 
 /* ---- a toy dataset: 4 ids per sample, label = a 0/1 rule or the index -------- */
 #define FEAT 4

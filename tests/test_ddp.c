@@ -24,28 +24,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int g_rank, g_world, g_failed;
+#include "rank_check.h"
 
-#define CHECK(cond, ...) do {                                                              \
-        if (!(cond)) {                                                                      \
-            g_failed++;                                                                     \
-            fprintf(stderr, "FAIL rank %d %s:%d: %s: ", g_rank, __FILE__, __LINE__, #cond); \
-            fprintf(stderr, __VA_ARGS__);                                                   \
-            fprintf(stderr, "\n");                                                          \
-        }                                                                                   \
-    } while (0)
-
-static void pass(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void pass(const char *fmt, ...)
-{
-    if (g_rank != 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    printf("PASS ");
-    vprintf(fmt, ap);
-    printf("\n");
-    va_end(ap);
-}
 
 /* splitmix64: data independent of ember's RNG */
 static uint64_t mix(uint64_t *s)

@@ -42,32 +42,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int g_rank, g_world, g_failed;
+#include "rank_check.h"
+
 static em_device g_dev;
 static bool g_self;   /* EMBER_NCCL_SELFTEST=1: the CPU in the GPU's place (checks the harness; no NCCL) */
-
-#define CHECK(cond, ...) do {                                                              \
-        if (!(cond)) {                                                                      \
-            g_failed++;                                                                     \
-            fprintf(stderr, "FAIL rank %d %s:%d: %s: ", g_rank, __FILE__, __LINE__, #cond); \
-            fprintf(stderr, __VA_ARGS__);                                                   \
-            fprintf(stderr, "\n");                                                          \
-        }                                                                                   \
-    } while (0)
-#define CHECK_OK(expr) do { em_status s_ = (expr); CHECK(s_ == EM_OK, "%s: %s", em_status_name(s_), em_last_error()); } while (0)
-
-static void pass(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void pass(const char *fmt, ...)
-{
-    if (g_rank != 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    printf("PASS ");
-    vprintf(fmt, ap);
-    printf("\n");
-    va_end(ap);
-    fflush(stdout);
-}
 
 /* ---- tensors from formulas, and their values back -------------------------------- */
 typedef double (*fill_fn)(int64_t i, int rank);
