@@ -18,8 +18,9 @@
 typedef enum { KEEP = 0, LOW, F32 } policy;
 
 static const uint8_t op_policy[EM_NUM_OPS] = {
-    /* matmul-class: the region's low dtype (linear and attention go through matmul) */
-    [EM_OP_MATMUL] = LOW,
+    /* matmul-class: the region's low dtype (attention goes through matmul; linear's
+     * bias is cast too, as torch's, so its output is low as well) */
+    [EM_OP_MATMUL] = LOW, [EM_OP_LINEAR] = LOW,
     /* numerically touchy: f32 */
     [EM_OP_SOFTMAX] = F32, [EM_OP_LOG_SOFTMAX] = F32, [EM_OP_LAYER_NORM] = F32,
     [EM_OP_CROSS_ENTROPY] = F32,
@@ -89,7 +90,7 @@ static bool same_place(const entry *e, const em_tensor *t, em_dtype dt)
 
 /* Drops entries whose source and its storage only the cache still holds: no
  * one can pass that data again, and its memory should go when its owner lets
- * it go. A dead view of a live weight (nn's linear passes a fresh transpose
+ * it go. A dead view of a live weight (x W^T by em_matmul passes a fresh transpose
  * of its weight each call) stays: the next view of that weight, with the same
  * geometry, reuses its cast. */
 static void sweep(void)
@@ -133,7 +134,7 @@ static em_tensor *region_own(em_tensor *c)
 }
 
 /* em_to_dtype(t, dt) in t's memory order: a transposed or permuted view of a
- * dense block (nn's linear passes its weight transposed; attention permutes
+ * dense block (x W^T by em_matmul passes its weight transposed; attention permutes
  * its heads) is cast as that block, a contiguous vectorized conversion, and
  * viewed back, instead of being gathered element by element (about 40x
  * slower for a transposed [3072,768] weight). The views are recorded ops, so

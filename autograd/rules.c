@@ -319,6 +319,24 @@ static void bw_matmul(em_node *n, em_tensor *const *g, em_tensor **gin)
     }
 }
 
+/* y = x w^T + b; in: b [N] or NULL, x [M,K], w [N,K] (the front-end made x
+ * 2-d with recorded views). The gradients of the composition em_matmul(x,
+ * transpose(w)) + b, made by the same ops in the same layouts as bw_matmul
+ * and bw_add made them for it (nn's Linear recorded that composition before
+ * LINEAR existed), so the CPU gives the same bits: dx = g w (or (w^T g^T)^T for a transposed x),
+ * dw = g^T x (x^T g, transposed, when K = 1), db = g summed over the rows. */
+static void bw_linear(em_node *n, em_tensor *const *g, em_tensor **gin)
+{
+    em_tensor *x = IN(1), *w = IN(2);
+    if (NEEDS(1))
+        gin[1] = is_transposed(x) ? em_transpose(em_matmul(em_transpose(w, 0, 1), em_transpose(g[0], 0, 1)), 0, 1)
+                                  : em_matmul(g[0], w);
+    if (NEEDS(2))
+        gin[2] = w->shape[1] > 1 ? em_matmul(em_transpose(g[0], 0, 1), x)
+                                 : em_transpose(em_matmul(em_transpose(x, 0, 1), g[0]), 0, 1);
+    if (NEEDS(0)) gin[0] = em__sum_to(g[0], GEOM(0));
+}
+
 /* ---- fused NN ops -------------------------------------------------------------------- */
 static void bw_softmax(em_node *n, em_tensor *const *g, em_tensor **gin)
 {
@@ -478,6 +496,7 @@ const em_rule em_rules[EM_NUM_OPS] = {
     [EM_OP_MAX] = DIFF1(bw_extreme, 1, 3, GC),
     [EM_OP_MIN] = DIFF1(bw_extreme, 1, 3, GC),
     [EM_OP_MATMUL] = DIFF(bw_matmul, 3, 0, GC),
+    [EM_OP_LINEAR] = DIFF(bw_linear, 6, 0, GC),
     [EM_OP_SOFTMAX] = DIFF(bw_softmax, 0, 1, GC),
     [EM_OP_LOG_SOFTMAX] = DIFF(bw_softmax, 0, 1, GC),
     [EM_OP_LAYER_NORM] = DIFF1(bw_layer_norm, 3, 6, GC),

@@ -95,21 +95,9 @@ em_tensor *em_nn_linear_forward(em_nn_linear *l, em_tensor *x)
     EM_CHECK(x->ndim >= 1 && x->shape[x->ndim - 1] == l->in_features, op,
              "input %s does not end in in_features %lld (weight %s)", em__shape_str(x), (long long)l->in_features,
              em__shape_str(l->weight));
-    em_tensor *y = NULL;
-    em_scope_begin();
-    /* [..., in] as one [rows, in] GEMM: a single call instead of a batch of small ones */
-    em_tensor *x2 = x->ndim == 2 ? x : em_reshape(x, 2, (int64_t[]){-1, l->in_features});
-    em_tensor *r = em_matmul(x2, em_transpose(l->weight, 0, 1));
-    if (l->bias) r = em_add(r, l->bias);
-    if (r && x->ndim != 2) {
-        int64_t shape[EM_MAX_DIMS];
-        memcpy(shape, x->shape, sizeof(int64_t) * (size_t)x->ndim);
-        shape[x->ndim - 1] = l->out_features;
-        r = em_view(r, x->ndim, shape);
-    }
-    if (r) y = em_keep(r);
-    em_scope_end();
-    return y;
+    /* one recorded LINEAR op over [rows, in]: on the CPU the numbers of
+     * matmul(x, W^T) + b exactly; on CUDA the bias rides in the GEMM's epilogue */
+    return em_linear(x, l->weight, l->bias);
 }
 
 /* ---- Embedding ---------------------------------------------------------------------- */

@@ -83,7 +83,13 @@ struct em_tensor;
        NULL -> out[0] [B,H,Sq,D], out[1]=lse f32 [B,H,Sq,1] (logsumexp of the masked     \
        scaled scores). A backend may decline a case with EM_ERR_UNSUPPORTED, no error  \
        set (cuDNN's engine: half types only); em__sdpa then composes it (op_grad.c). */  \
-    X(SDPA)
+    X(SDPA)                                                                              \
+    /* LINEAR: y = x w^T + b. in[0]=b [N] or NULL, in[1]=x [M,K], in[2]=w [N,K], one    \
+       float dtype, any strides (the op hands GEMM-ready x and w: one stride 1) ->     \
+       out[0]=y [M,N]. The op flattens x's leading dims with recorded views. Bias first \
+       as in torch's addmm(b, x, w^T): backward then makes b's gradient ready before   \
+       w's (reverse registration order, which DDP's buckets follow). */                 \
+    X(LINEAR)
 
 typedef enum em_op {
 #define EM_OP_ENUM(name) EM_OP_##name,

@@ -307,6 +307,13 @@ em_tensor *em_min_all(em_tensor *t);   /**< 0-d minimum of every element; misuse
 /** [..., M, K] x [..., K, N] -> [..., M, N], batch dims broadcast; 1-d operands as torch.matmul.
  * Same float dtype and device; misuse when the inner sizes differ. */
 em_tensor *em_matmul(em_tensor *a, em_tensor *b);
+/** torch.nn.functional.linear: x [..., in] @ weight^T + bias -> [..., out], one
+ * recorded op. weight [out, in], bias [out] or NULL; one float dtype and device
+ * (misuse otherwise). On the CPU the same numbers as em_matmul(x, em_transpose(
+ * weight, 0, 1)) then em_add(., bias); on CUDA the bias is fused into the GEMM
+ * (cuBLASLt epilogue) where possible. In an autocast region all three operands
+ * take the region's low dtype, as em_matmul's. */
+em_tensor *em_linear(em_tensor *x, em_tensor *weight, em_tensor *bias);
 /** As torch.set_float32_matmul_precision: "highest" (the default: full f32)
  * or "high"/"medium" (f32 GEMMs may use TF32 tensor cores, about 1e-3
  * relative error, on devices that have them; the CPU always computes in f32).

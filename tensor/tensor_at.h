@@ -42,6 +42,7 @@
 #define em_layer_norm(...) EM__AT(em_layer_norm, __VA_ARGS__)
 #define em_layer_norm_backward(...) EM__AT(em_layer_norm_backward, __VA_ARGS__)
 #define em_le(...) EM__AT(em_le, __VA_ARGS__)
+#define em_linear(...) EM__AT(em_linear, __VA_ARGS__)
 #define em_log(...) EM__AT(em_log, __VA_ARGS__)
 #define em_log_softmax(...) EM__AT(em_log_softmax, __VA_ARGS__)
 #define em_logsumexp(...) EM__AT(em_logsumexp, __VA_ARGS__)

@@ -361,6 +361,35 @@ static int c_matmul(ctx *c, em_tensor **o)
     return 1;
 }
 
+/* linear: the cuBLASLt bias epilogue where it takes the case, cuBLAS + add where it declines */
+static int c_linear(ctx *c, em_tensor **o)
+{
+    switch (c->variant) {
+    case 0:
+        o[0] = em_linear(gen(c, EM_SHAPE(33, 70), -1, 1), gen(c, EM_SHAPE(21, 70), -1, 1), gen(c, EM_SHAPE(21), -1, 1));
+        return 1;
+    case 1: o[0] = em_linear(gen(c, EM_SHAPE(3, 17, 40), -1, 1), gen(c, EM_SHAPE(25, 40), -1, 1), NULL); return 1;
+    case 2:   /* transposed x and weight */
+        o[0] = em_linear(em_transpose(gen(c, EM_SHAPE(40, 33), -1, 1), 0, 1),
+                         em_transpose(gen(c, EM_SHAPE(40, 24), -1, 1), 0, 1), gen(c, EM_SHAPE(24), -1, 1));
+        return 1;
+    case 3:   /* a strided bias (the fallback), K = 0 (y = bias), no rows */
+        o[0] = em_linear(gen(c, EM_SHAPE(2, 9, 16), -1, 1), gen(c, EM_SHAPE(12, 16), -1, 1),
+                         em_select(gen(c, EM_SHAPE(12, 2), -1, 1), 1, 1));
+        o[1] = em_linear(gen(c, EM_SHAPE(5, 0), -1, 1), gen(c, EM_SHAPE(3, 0), -1, 1), gen(c, EM_SHAPE(3), -1, 1));
+        o[2] = em_linear(gen(c, EM_SHAPE(0, 7), -1, 1), gen(c, EM_SHAPE(3, 7), -1, 1), gen(c, EM_SHAPE(3), -1, 1));
+        return 3;
+    case 4:   /* TF32 */
+        if (c->dt != EM_F32) return 0;
+        em_set_float32_matmul_precision("high");
+        o[0] = em_linear(gen(c, EM_SHAPE(64, 256), -1, 1), gen(c, EM_SHAPE(48, 256), -1, 1), gen(c, EM_SHAPE(48), -1, 1));
+        em_set_float32_matmul_precision("highest");
+        c->tol = 5e-4;
+        return 1;
+    default: return 0;
+    }
+}
+
 /* ---- nn ------------------------------------------------------------------------------------------ */
 static em_tensor *sm_input(ctx *c, int *dim)
 {
@@ -653,6 +682,7 @@ static const row rows[EM_NUM_OPS] = {
     [EM_OP_RANDN] = {c_randn, FLOATS, false},
     [EM_OP_BERNOULLI] = {c_bernoulli, DT(EM_BOOL), true},
     [EM_OP_SDPA] = {c_sdpa, FLOATS, false},
+    [EM_OP_LINEAR] = {c_linear, FLOATS, false},
 };
 
 /* ---- running and comparing ------------------------------------------------------------------------------------ */

@@ -180,6 +180,11 @@ F(matmul, em_matmul(x[0], x[1]))
 MK(mm_bcast, x[0] = R(EM_SHAPE(2, 1, 3, 4), -1, 1); x[1] = R_t(EM_SHAPE(3, 4, 2), -1, 1))
 MK(mm_vec, x[0] = R(EM_SHAPE(4), -1, 1); x[1] = R_t(EM_SHAPE(4, 3), -1, 1))
 F(matmul_vec_rev, em_matmul(x[1], em_narrow(x[0], 0, 0, 3)))
+MK(linear3d, x[0] = R(EM_SHAPE(2, 3, 4), -1, 1); x[1] = R(EM_SHAPE(5, 4), -1, 1); x[2] = R(EM_SHAPE(5), -1, 1))
+F(linear, em_linear(x[0], x[1], x[2]))
+F(linear_nobias, em_linear(x[0], x[1], NULL))
+MK(linear_t, x[0] = R_t(EM_SHAPE(3, 4), -1, 1); x[1] = R_t(EM_SHAPE(2, 4), -1, 1); x[2] = R(EM_SHAPE(2), -1, 1))
+MK(linear_k1, x[0] = R(EM_SHAPE(3, 1), -1, 1); x[1] = R(EM_SHAPE(2, 1), -1, 1); x[2] = R(EM_SHAPE(2), -1, 1))
 
 F(softmax, em_softmax(x[0], 1))
 F(softmax0, em_softmax(x[0], 0))
@@ -283,6 +288,10 @@ static const gc_case cases[] = {
     C(MATMUL, "[2,1,3,4] @ transposed [3,4,2] (batch broadcast)", 2, mm_bcast, matmul),
     C(MATMUL, "[4] @ transposed [4,3]", 2, mm_vec, matmul),
     C(MATMUL, "transposed [4,3] @ [3]", 2, mm_vec, matmul_vec_rev),
+    C(LINEAR, "[2,3,4] x [5,4]^T + [5]", 3, linear3d, linear),
+    C(LINEAR, "[2,3,4] x [5,4]^T, no bias", 2, linear3d, linear_nobias),
+    C(LINEAR, "transposed [3,4] x transposed [2,4]^T + [2]", 3, linear_t, linear),
+    C(LINEAR, "in_features 1: [3,1] x [2,1]^T + [2]", 3, linear_k1, linear),
     C(SOFTMAX, "softmax dim 1", 1, x34, softmax),
     C(SOFTMAX, "softmax dim 0 of a transposed view", 1, x34t, softmax0),
     C(LOG_SOFTMAX, "log_softmax dim -1", 1, x34t, log_softmax),
