@@ -10,26 +10,6 @@
  */
 #include "tensor/tensor_internal.h"
 
-#include <limits.h>
-
-/* The last two dims form a row-major matrix or the transpose of one, with a
- * leading dimension BLAS accepts (op_matmul.c's rule, which the old composed
- * path applied to the same operands). */
-static bool gemm_ready(const em_tensor *t)
-{
-    int64_t rows = t->shape[0], cols = t->shape[1];
-    int64_t s0 = t->stride[0], s1 = t->stride[1];
-    int64_t minr = rows > 1 ? rows : 1, minc = cols > 1 ? cols : 1;
-    if (cols == 1 || s1 == 1) {
-        int64_t l = rows <= 1 ? minc : s0;
-        if (l >= minc && l <= INT_MAX) return true;
-    }
-    if (rows == 1 || s0 == 1) {
-        int64_t l = cols <= 1 ? minr : s1;
-        if (l >= minr && l <= INT_MAX) return true;
-    }
-    return false;
-}
 
 em_tensor *em_linear(em_tensor *x, em_tensor *w, em_tensor *b)
 {
@@ -60,8 +40,8 @@ em_tensor *em_linear(em_tensor *x, em_tensor *w, em_tensor *b)
     em_tensor *result = NULL;
     em_scope_begin();
     em_tensor *x2 = x->ndim == 2 ? x : em_reshape(x, 2, (int64_t[]){M, K});   /* copies only a non-viewable x */
-    if (x2 && !gemm_ready(x2)) x2 = em_contiguous(x2);
-    em_tensor *w2 = gemm_ready(w) ? w : em_contiguous(w);
+    if (x2 && !em__gemm_ready(x2)) x2 = em_contiguous(x2);
+    em_tensor *w2 = em__gemm_ready(w) ? w : em_contiguous(w);
     em_tensor *out = x2 && w2 ? em__empty(2, (int64_t[]){M, N}, x->dtype, x->device) : NULL;
     if (out) {
         em_kargs k = {.op = EM_OP_LINEAR, .in = {b, x2, w2}, .out = {out}};   /* bias first: ops.h */

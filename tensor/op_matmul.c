@@ -16,9 +16,7 @@
 
 #include <limits.h>
 
-/* Same rule as the CPU kernel's: the last two dims form a row-major matrix or
- * the transpose of one, with a leading dimension BLAS accepts. */
-static bool gemm_ready(const em_tensor *t)
+bool em__gemm_ready(const em_tensor *t)
 {
     int nd = t->ndim;
     int64_t rows = t->shape[nd - 2], cols = t->shape[nd - 1];
@@ -39,7 +37,7 @@ static bool gemm_ready(const em_tensor *t)
  * NULL on OOM. Both results belong to the current (private) scope. */
 static em_tensor *prepare(em_tensor *x, int nd, const int64_t *bshape)
 {
-    if (!gemm_ready(x)) x = em_contiguous(x);
+    if (!em__gemm_ready(x)) x = em_contiguous(x);
     if (!x) return NULL;
     int64_t shape[EM_MAX_DIMS];
     bool same = x->ndim == nd;

@@ -96,6 +96,10 @@ em_tensor *em__alias(em_tensor *t);
  * device's backend table, then calls the record hook. Misuse when the device
  * has no kernel for the op; returns the kernel's status. */
 em_status em__dispatch(em_kargs *k);
+/* The GEMM kernels' rule (op_matmul.c): t's last two dims form a row-major
+ * matrix or the transpose of one, with a leading dimension BLAS accepts; the
+ * matmul and linear front-ends copy an operand that fails it. */
+bool em__gemm_ready(const em_tensor *t);
 
 /* One contiguous run of AdamW's update for em_backend.adamw (optim/adamw.c
  * fills it): n elements of param p, gradient g, state m, v and vmax (NULL
