@@ -10,7 +10,6 @@
  */
 #include "tensor/tensor_internal.h"
 
-
 em_tensor *em_linear(em_tensor *x, em_tensor *w, em_tensor *b)
 {
     static const char op[] = "em_linear";
