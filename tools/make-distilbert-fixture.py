@@ -159,23 +159,36 @@ def make():
           f"worst gradient {worst} {errs[worst]:.3g}")
 
 
-def make_bert():
-    torch.manual_seed(1)
-    g = torch.Generator().manual_seed(7)
+def tiny_bert(model_cls, seed, gseed, **extra):
+    """A tiny BERT-layout model (vocab 100, hidden 32, 2 layers, 4 heads) with noisy weights, eval
+    mode, eager attention; and the generator that made the noise (the batch draws from it next)."""
+    torch.manual_seed(seed)
+    g = torch.Generator().manual_seed(gseed)
     cfg = BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                     intermediate_size=64, max_position_embeddings=32, type_vocab_size=2)
-    model = BertModel(cfg)
+                     intermediate_size=64, max_position_embeddings=32, type_vocab_size=2, **extra)
+    model = model_cls(cfg)
     perturb(model, g)
     model.eval()
     model.set_attn_implementation("eager")
-    ids = torch.randint(1, 100, (3, 7), generator=g, dtype=torch.int64)
-    mask = torch.ones(3, 7, dtype=torch.int64)
-    mask[1, 5:] = 0
-    mask[2, 3:] = 0
+    return model, g
+
+
+def bert_batch(g, rows, cols, pad_from, type_spans):
+    """ids (padding 0 from pad_from[row]), mask, token types (1 over each (row, start, end))."""
+    ids = torch.randint(1, 100, (rows, cols), generator=g, dtype=torch.int64)
+    mask = torch.ones(rows, cols, dtype=torch.int64)
+    for r, start in pad_from.items():
+        mask[r, start:] = 0
     ids[mask == 0] = 0
-    types = torch.zeros(3, 7, dtype=torch.int64)
-    types[0, 4:] = 1
-    types[1, 3:5] = 1
+    types = torch.zeros(rows, cols, dtype=torch.int64)
+    for r, a, b in type_spans:
+        types[r, a:b] = 1
+    return ids, mask, types
+
+
+def make_bert():
+    model, g = tiny_bert(BertModel, 1, 7)
+    ids, mask, types = bert_batch(g, 3, 7, {1: 5, 2: 3}, [(0, 4, 7), (1, 3, 5)])
     with torch.no_grad():
         out = model(input_ids=ids, attention_mask=mask, token_type_ids=types)
     model.save_pretrained(BERT_DIR)
@@ -189,22 +202,8 @@ def make_bert():
 def make_bert_cls():
     """BertForSequenceClassification (pooler + classifier, token types, padding) with noisy weights:
     logits, loss and the gradient of every parameter, for the BERT half of the parity test."""
-    torch.manual_seed(2)
-    g = torch.Generator().manual_seed(11)
-    cfg = BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                     intermediate_size=64, max_position_embeddings=32, type_vocab_size=2, num_labels=3)
-    model = BertForSequenceClassification(cfg)
-    perturb(model, g)
-    model.eval()
-    model.set_attn_implementation("eager")
-    ids = torch.randint(1, 100, (4, 9), generator=g, dtype=torch.int64)
-    mask = torch.ones(4, 9, dtype=torch.int64)
-    mask[1, 6:] = 0
-    mask[3, 4:] = 0
-    ids[mask == 0] = 0
-    types = torch.zeros(4, 9, dtype=torch.int64)
-    types[0, 5:] = 1
-    types[2, 3:7] = 1
+    model, g = tiny_bert(BertForSequenceClassification, 2, 11, num_labels=3)
+    ids, mask, types = bert_batch(g, 4, 9, {1: 6, 3: 4}, [(0, 5, 9), (2, 3, 7)])
     labels = torch.tensor([2, 0, 1, 2], dtype=torch.int64)
     model.zero_grad(set_to_none=True)
     out = model(input_ids=ids, attention_mask=mask, token_type_ids=types, labels=labels)
