@@ -157,7 +157,9 @@ double em_optimizer_param_step(const em_optimizer *opt, int g, int i);
  * not mention. A mismatch is EM_ERR_INVALID (a malformed file EM_ERR_FORMAT),
  * the message names the key and the shapes, and the optimizer is unchanged. */
 /** Writes opt's state to path in the layout above (atomically, through
- * em_safetensors_save). EM_ERR_IO or EM_ERR_OOM on failure. */
+ * em_safetensors_save; state held on a GPU is copied to the host first, and
+ * loading copies it back to the parameters' device). EM_ERR_IO or EM_ERR_OOM
+ * on failure. */
 em_status em_optimizer_state_save(const em_optimizer *opt, const char *path);
 /** Loads a file from em_optimizer_state_save into opt, checked as described
  * above: EM_ERR_INVALID on a mismatch, EM_ERR_FORMAT on a malformed file (both

@@ -530,8 +530,9 @@ em_status em_optimizer_state_save(const em_optimizer *o, const char *path)
                 ok = ts[names.n] && sl_add(&names, "state.%d.step", base + i);
             }
             for (int k = 0; k < ns && ok; k++) {
-                ts[names.n] = G->ps[i].state[k];
-                ok = sl_add(&names, "state.%d.%s", base + i, K->state_names[k]);
+                em_tensor *s = G->ps[i].state[k];   /* state on a GPU: a host copy (this scope's) */
+                ts[names.n] = s->device.type == EM_DEVICE_CPU ? s : em_to(s, EM_CPU);
+                ok = ts[names.n] && sl_add(&names, "state.%d.%s", base + i, K->state_names[k]);
             }
         }
     }

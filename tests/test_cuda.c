@@ -1112,6 +1112,51 @@ static double rel_diff(em_tensor *a, em_tensor *b, bool *same)
     return r;
 }
 
+/* The optimizer state of dev (held on the GPU) saves through host copies,
+ * loads back onto the device unchanged (save, load, save: the same bytes), and
+ * equals the state of cpu, the same run on the CPU, within tol. */
+static bool same_file(const char *a, const char *b)
+{
+    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+    bool same = fa && fb;
+    for (int ca = 0, cb = 0; same && ca != EOF;) {
+        ca = fgetc(fa), cb = fgetc(fb);
+        same = ca == cb;
+    }
+    if (fa) fclose(fa);
+    if (fb) fclose(fb);
+    return same;
+}
+static void check_state_round_trip(em_optimizer *dev, em_optimizer *cpu, double tol)
+{
+    char pa[96], pb[96], pc[96];
+    snprintf(pa, sizeof pa, "/tmp/ember-test-cuda-%ld-dev.safetensors", (long)getpid());
+    snprintf(pb, sizeof pb, "/tmp/ember-test-cuda-%ld-cpu.safetensors", (long)getpid());
+    snprintf(pc, sizeof pc, "/tmp/ember-test-cuda-%ld-dev2.safetensors", (long)getpid());
+    CHECK(em_optimizer_state_save(dev, pa) == EM_OK, "adamw state save (device): %s", em_last_error());
+    CHECK(em_optimizer_state_load(dev, pa) == EM_OK, "adamw state load (device): %s", em_last_error());
+    CHECK(em_optimizer_state_save(dev, pc) == EM_OK, "adamw state save again: %s", em_last_error());
+    CHECK(em_optimizer_state_save(cpu, pb) == EM_OK, "adamw state save (cpu): %s", em_last_error());
+    CHECK(same_file(pa, pc), "adamw state: save, load, save on the device changed the file");
+    em_safetensors *sa = NULL, *sb = NULL;
+    if (em_safetensors_open(pa, &sa) == EM_OK && em_safetensors_open(pb, &sb) == EM_OK) {
+        CHECK(em_safetensors_count(sa) == em_safetensors_count(sb), "adamw state: %d tensors on the device, %d on the cpu",
+              em_safetensors_count(sa), em_safetensors_count(sb));
+        for (int i = 0; i < em_safetensors_count(sa); i++) {
+            const char *name = em_safetensors_name(sa, i);
+            em_tensor *tb = em_safetensors_get(sb, name);
+            bool same;
+            double r = tb ? rel_diff(em_safetensors_get(sa, name), tb, &same) : INFINITY;
+            CHECK(r <= tol, "adamw state %s: device vs cpu relative difference %.3g", name, r);
+        }
+    } else {
+        CHECK(0, "adamw state files: %s", em_last_error());
+    }
+    em_safetensors_close(sa);
+    em_safetensors_close(sb);
+    remove(pa), remove(pb), remove(pc);
+}
+
 /* AdamW on the device against optim's CPU loop: two groups (weight decay 0.1
  * with lr 1e-2; none with lr 3e-3), 5 steps with fresh gradients, parameter
  * 4 without a gradient at step 2. f32 within 1e-6 relative (the kernel mirrors
@@ -1160,6 +1205,7 @@ static void test_fused_adamw(void)
                       "adamw: param %d counted %g steps", i, em_optimizer_param_step(o[1], i < 4 ? 0 : 1, i < 4 ? i : i - 4));
             printf("fused adamw %s%s: 5 steps, worst relative difference %.3g, %d of %d params bit-identical\n",
                    em_dtype_name(dt), ams ? " amsgrad" : "", worst, n_same, n_cmp);
+            if (ok) check_state_round_trip(o[1], o[0], tol);
             em_optimizer_free(o[0]);
             em_optimizer_free(o[1]);
             em_scope_end();
