@@ -54,8 +54,9 @@ bool em__gemm_prefers_onednn(bool trans_a, bool trans_b, int64_t m, int64_t n, i
 
 enum { MODE_UNSET, MODE_RULE, MODE_OPENBLAS, MODE_ONEDNN };
 
-/* EMBER_GEMM, read on first use (a race only reads the same value twice). */
-static int gemm_mode(void)
+/* EMBER_GEMM, read on first use (a race only reads the same value twice).
+ * Unused in a build without oneDNN, where OpenBLAS takes every product. */
+static __attribute__((unused)) int gemm_mode(void)
 {
     static int mode = MODE_UNSET;
     int m = __atomic_load_n(&mode, __ATOMIC_RELAXED);
