@@ -368,13 +368,6 @@ bool em_accelerator_next(em_accelerator *acc, em_dataloader *dl, em_batch *out)
         memset(out, 0, sizeof *out);
         return false;
     }
-    /* torch's DDP syncs buffers before each forward; the batch is ember's "before" */
-    for (int i = 0; i < acc->n_models; i++)
-        if (acc->models[i].ddp && em_ddp_sync_buffers(acc->models[i].ddp) != EM_OK) {
-            close_batch_scope(l);
-            memset(out, 0, sizeof *out);
-            return false;
-        }
     return true;
 }
 
@@ -504,8 +497,14 @@ em_status em_accelerator_backward(em_accelerator *acc, em_tensor *loss)
     em_scope_end();
     if (st == EM_OK && acc->sync)
         for (int i = 0; i < acc->n_models && st == EM_OK; i++)
-            if (acc->models[i].ddp && (implicit || !acc->block_model || acc->models[i].m == acc->block_model))
+            if (acc->models[i].ddp && (implicit || !acc->block_model || acc->models[i].m == acc->block_model)) {
                 st = em_ddp_finish_backward(acc->models[i].ddp);
+                /* torch's DDP broadcasts buffers before each forward that will sync
+                 * gradients; here, after the backward of one: the next forward sees
+                 * rank 0's buffers just the same, and no forward without a backward
+                 * (evaluation, uneven last batches) takes part in a collective */
+                if (st == EM_OK) st = em_ddp_sync_buffers(acc->models[i].ddp);
+            }
     if (implicit) set_require_sync(acc, NULL, true);
     return st;
 }

@@ -113,7 +113,9 @@ em_status em_ddp_new(em_module *model, em_process_group *pg, const em_ddp_opts *
 void em_ddp_free(em_ddp *d);
 /** torch's DDP buffer sync before each forward: broadcasts every buffer
  * (persistent or not) from rank 0 so that running statistics agree. The
- * Accelerator calls it in em_accelerator_next. A no-op for a model without
+ * Accelerator calls it at the end of every em_accelerator_backward that
+ * synchronizes gradients (so no forward-only pass, e.g. evaluation, joins a
+ * collective). A no-op for a model without
  * buffers, a world of one, or keep_local_buffers. EM_ERR_* naming the failed
  * broadcast (e.g. a timeout) otherwise; NULL is misuse. */
 em_status em_ddp_sync_buffers(em_ddp *d);

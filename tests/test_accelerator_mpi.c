@@ -11,6 +11,8 @@
  *     AdamW, a warmup schedule, bf16 autocast), with one random_states file
  *     per rank;
  *   - the process helpers (split_between_processes, reduce, main-process-first);
+ *   - a buffer that differs across ranks is rank 0's again after a
+ *     synchronizing em_accelerator_backward (torch's broadcast_buffers);
  *   - a checkpoint written from every rank (em_save_pretrained on each) warns
  *     once on each rank but the main one, naming the fix; the fix
  *     (em_accelerator_save_model) warns nowhere.
@@ -386,6 +388,20 @@ static void test_save_from_every_rank(int64_t tag)
     char good[256], bad[256];
     snprintf(good, sizeof good, "/tmp/ember-acc-mpi-%lld/model-main", (long long)tag);
     snprintf(bad, sizeof bad, "/tmp/ember-acc-mpi-%lld/model-rank%d", (long long)tag, g_rank);
+    /* buffers follow rank 0 after a backward that syncs: break position_ids off rank 0 */
+    em_tensor *pos = m->distilbert->embeddings->position_ids;
+    if (g_rank != 0) EM_NO_GRAD { em_fill_(pos, 3.0); }
+    EM_SCOPE {
+        int64_t ids[2 * 5] = {1, 7, 9, 4, 2, 1, 3, 3, 8, 2}, lab[2] = {0, 1};
+        em_seqcls_output out = em_distilbert_seqcls_forward(
+            m, &(em_seqcls_inputs){.input_ids = em_from_data(ids, EM_SHAPE(2, 5), EM_I64),
+                                   .labels = em_from_data(lab, EM_SHAPE(2), EM_I64)});
+        CHECK_OK(em_accelerator_backward(acc, out.loss));
+    }
+    bool synced = true;
+    for (int64_t j = 0; j < 16; j++) synced &= em_get(pos, (int64_t[]){0, j}) == (double)j;
+    CHECK(synced, "rank %d: position_ids not rank 0's after a synchronizing backward", g_rank);
+
     CHECK(tu_capture_stderr_begin() == 0, "capture");
     CHECK_OK(em_accelerator_save_model(acc, &m->base, good));   /* the fix: main process only */
     char *err = tu_capture_stderr_end();
@@ -404,7 +420,8 @@ static void test_save_from_every_rank(int64_t tag)
     em_accelerator_free(acc);
     em_module_free(&m->base);
     if (g_failed == failed)
-        pass("save_pretrained from every rank: %d warning(s) on the other ranks, none for save_model", g_world - 1);
+        pass("buffers synced by backward; save_pretrained from every rank: %d warning(s) on the other ranks, none "
+             "for save_model", g_world - 1);
 }
 
 int main(void)
