@@ -11,9 +11,18 @@
  *       2. n < 4 (e.g. a 2-class head, [1024,768] x [768,2]): OpenBLAS ~1.7x;
  *       3. B transposed with k >= 2048 and n <= 1024 (the DistilBERT FFN
  *          output projection x[1024,3072] @ W[768,3072]^T): OpenBLAS ~1.1x.
+ *       4. B transposed (a Linear's forward, x @ W^T) with m < 1024 rows, on
+ *          the full thread pool: OpenBLAS 1.0-2.5x in a sweep of m 32..768
+ *          against n, k in {256, 768, 1024, 3072} (40 of 42 shapes; oneDNN
+ *          falls to 87-109 GFLOP/s at m = 768, OpenBLAS holds 176-199);
+ *       5. A transposed (a Linear's weight gradient dY^T X) with m <= 256,
+ *          on the full pool: OpenBLAS 1.1-2x in the same sweep (oneDNN wins
+ *          from m = 512).
+ *     Rules 4 and 5 were measured with 2 threads; inside an OpenMP region
+ *     (the batched matmul's single-threaded calls) they do not apply.
  *     Everywhere else measured (squares 64..2048, the DistilBERT linear
- *     shapes forward and backward, attention-sized batches) oneDNN is 5-50%
- *     faster.
+ *     shapes at 1024 tokens forward and backward, attention-sized batches)
+ *     oneDNN is 5-50% faster.
  *   - oneDNN failing (it may allocate scratch) falls back to OpenBLAS.
  *   - EMBER_GEMM=openblas in the environment turns oneDNN off (read once);
  *     EMBER_GEMM=onednn forces it for every f32 call (for measuring);
@@ -35,6 +44,7 @@
 
 #include <cblas.h>
 #include <limits.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -79,6 +89,10 @@ bool em__gemm_prefers_onednn(bool trans_a, bool trans_b, int64_t m, int64_t n, i
     if ((double)m * (double)n * (double)k < 64.0 * 64.0 * 64.0) return false;
     if (n < 4) return false;
     if (trans_b && k >= 2048 && n <= 1024) return false;
+    if (!omp_in_parallel()) {
+        if (trans_b && !trans_a && m < 1024) return false;
+        if (trans_a && !trans_b && m <= 256) return false;
+    }
     return true;
 #else
     (void)trans_b; (void)m; (void)n; (void)k;
