@@ -45,7 +45,7 @@
 #include <unistd.h>
 
 static em_device gpu;          /* cuda:0, or the CPU in self-test mode */
-static int failures, checks;
+#include "count_check.h"
 
 /* ---- inputs -------------------------------------------------------------------- */
 typedef struct ctx {
@@ -856,16 +856,6 @@ static int op_loop(void)
 }
 
 /* ---- the runtime ------------------------------------------------------------------------------------------------------ */
-#define CHECK(cond, ...)                                         \
-    do {                                                         \
-        checks++;                                                \
-        if (!(cond)) {                                           \
-            failures++;                                          \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-            fprintf(stderr, __VA_ARGS__);                        \
-            fprintf(stderr, "\n");                               \
-        }                                                        \
-    } while (0)
 
 static void cache_stats(em_device dev, int64_t *cached, int64_t *nsys)
 {

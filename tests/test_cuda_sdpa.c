@@ -28,20 +28,10 @@
 /* tensor/cuda/k_sdpa_cudnn.cu; absent from builds without CUDA */
 extern void em__cuda_sdpa_plan_stats(int64_t *builds, int64_t *hits) __attribute__((weak));
 
-static int failures, checks;
+#include "count_check.h"
+
 static bool self_test;
 static em_device dev;
-
-#define CHECK(cond, ...)                                         \
-    do {                                                         \
-        checks++;                                                \
-        if (!(cond)) {                                           \
-            failures++;                                          \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-            fprintf(stderr, __VA_ARGS__);                        \
-            fputc('\n', stderr);                                 \
-        }                                                        \
-    } while (0)
 
 static uint64_t rng_state = 0x5d9a;
 static double uniform(double lo, double hi)
