@@ -89,7 +89,7 @@ static inline void mulhilo16(__m512i a, __m512i m, __m512i *hi, __m512i *lo)
 }
 #endif
 
-static void philox_batch(uint64_t seed, uint64_t first, uint32_t x[PHILOX_BATCH][4])
+void em__philox_batch16(uint64_t seed, uint64_t first, uint32_t x[16][4])
 {
 #if defined(__AVX512F__)
     uint32_t lo[16], hi[16];
@@ -180,7 +180,7 @@ int em_cpu_RAND(const em_kargs *k)
     #pragma omp parallel for schedule(static) if (nblk > RNG_GRAIN)
     for (int64_t g = 0; g < nbat; g++) {
         uint32_t x[PHILOX_BATCH][4];
-        philox_batch(seed, off + (uint64_t)(g * PHILOX_BATCH), x);
+        em__philox_batch16(seed, off + (uint64_t)(g * PHILOX_BATCH), x);
         int64_t e0 = 4 * PHILOX_BATCH * g, m = n - e0 < 4 * PHILOX_BATCH ? n - e0 : 4 * PHILOX_BATCH;
         if (c.dt == EM_F32) {   /* the hot case, without the per-element dtype switch */
             float *o = (float *)base + e0;
@@ -219,7 +219,7 @@ int em_cpu_RANDN(const em_kargs *k)
     for (int64_t g = 0; g < nbat; g++) {
         uint32_t x[PHILOX_BATCH][4];
         double z[4 * PHILOX_BATCH];
-        philox_batch(seed, off + (uint64_t)(g * PHILOX_BATCH), x);
+        em__philox_batch16(seed, off + (uint64_t)(g * PHILOX_BATCH), x);
         int64_t e0 = 4 * PHILOX_BATCH * g, m = n - e0 < 4 * PHILOX_BATCH ? n - e0 : 4 * PHILOX_BATCH;
         for (int64_t j = 0; j < (m + 3) / 4; j++) {
             box_muller(x[j][0], x[j][1], &z[4 * j], &z[4 * j + 1]);
@@ -246,7 +246,7 @@ int em_cpu_BERNOULLI(const em_kargs *k)
     #pragma omp parallel for schedule(static) if (nblk > RNG_GRAIN)
     for (int64_t g = 0; g < nbat; g++) {
         uint32_t x[PHILOX_BATCH][4];
-        philox_batch(seed, off + (uint64_t)(g * PHILOX_BATCH), x);
+        em__philox_batch16(seed, off + (uint64_t)(g * PHILOX_BATCH), x);
         int64_t e0 = 4 * PHILOX_BATCH * g, m = n - e0 < 4 * PHILOX_BATCH ? n - e0 : 4 * PHILOX_BATCH;
         for (int64_t l = 0; l < m; l++) o[e0 + l] = (double)em__u32_to_unit(x[l / 4][l % 4]) < p;
     }

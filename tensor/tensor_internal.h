@@ -189,6 +189,9 @@ float em__f16_to_f32(uint16_t h);
  * The four 32-bit outputs for counter `counter` under key `seed`. Identical on
  * every device: CUDA kernels implement the same function. */
 void em__philox(uint64_t seed, uint64_t counter, uint32_t out[4]);
+/* 16 consecutive blocks at once: x[j] = em__philox(seed, first + j), the same
+ * bits (AVX-512 lanes where available). */
+void em__philox_batch16(uint64_t seed, uint64_t first, uint32_t x[16][4]);
 /* The full-width generator (128-bit counter, 64-bit key), as in Random123. */
 void em__philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
 /* u in [0,1) from 24 random bits: (x >> 8) * 2^-24 (exactly representable in f32). */

@@ -400,6 +400,7 @@ int em_cpu_DROPOUT(const em_kargs *k)
     uint8_t *mp = mask ? (uint8_t *)data_of(mask) + mask->offset : NULL;
     bool contig = em_is_contiguous(x), dbl = x->dtype == EM_F64;
     bool fast = contig && x->dtype == EM_F32 && y->dtype == EM_F32;
+    bool fast_bf16 = contig && x->dtype == EM_BF16 && y->dtype == EM_BF16;   /* autocast's activations */
     uint32_t thr = (uint32_t)ceil(p * 16777216.0);   /* 0 keeps all, 2^24 keeps none */
     double scale_d = p < 1.0 ? 1.0 / (1.0 - p) : 0.0;
     float scale_f = (float)scale_d;
@@ -413,7 +414,9 @@ int em_cpu_DROPOUT(const em_kargs *k)
         uint8_t keep[CHUNK];
         int64_t e0 = c * CHUNK, len = n - e0 < CHUNK ? n - e0 : CHUNK;
         if (p > 0.0 && p < 1.0) {
-            for (int64_t i = 0; i < len; i += 4) em__philox(seed, offset + (uint64_t)(e0 + i) / 4, bits + i);
+            /* 64 elements = 16 blocks per call (CHUNK is a multiple of 64, e0 of 4) */
+            for (int64_t i = 0; i < len; i += 64)
+                em__philox_batch16(seed, offset + (uint64_t)(e0 + i) / 4, (uint32_t(*)[4])(bits + i));
 #pragma omp simd
             for (int64_t i = 0; i < len; i++) keep[i] = (bits[i] >> 8) >= thr;
         } else {
@@ -425,6 +428,12 @@ int em_cpu_DROPOUT(const em_kargs *k)
             float *ys = (float *)yp + y->offset + e0;
 #pragma omp simd
             for (int64_t i = 0; i < len; i++) ys[i] = keep[i] ? xs[i] * scale_f : 0.0f;
+            continue;
+        }
+        if (fast_bf16) {   /* the generic path's arithmetic: f32 product, rounded once to bf16 */
+            const uint16_t *xs = (const uint16_t *)xp + x->offset + e0;
+            uint16_t *ys = (uint16_t *)yp + y->offset + e0;
+            for (int64_t i = 0; i < len; i++) ys[i] = keep[i] ? em__f32_to_bf16(em__bf16_to_f32(xs[i]) * scale_f) : 0;
             continue;
         }
         for (int64_t i = 0; i < len; i++) {
