@@ -17,7 +17,8 @@ extern "C" {
 #endif
 
 /* ---- WordPiece tokenizer ------------------------------------------------- */
-/** A WordPiece tokenizer (opaque; em_tokenizer_load), identical, id for id, to Hugging Face's Python `BertTokenizer` (uncased and
+/** A WordPiece tokenizer (opaque; em_tokenizer_load, em_tokenizer_from_pretrained).
+ * Loaded from vocab.txt it is identical, id for id, to Hugging Face's Python `BertTokenizer` (uncased and
  * cased) built from the same vocab.txt:
  *   1. The special tokens ([UNK] [SEP] [PAD] [CLS] [MASK], as configured) are
  *      split out of the raw text wherever they occur, case-sensitively, and
@@ -36,6 +37,15 @@ extern "C" {
  * differ). Where HF's Rust BertTokenizerFast differs from the Python class
  * (Greek final sigma, NFC, which text keeps the odd id when a pair is
  * truncated), ember follows the Python class.
+ *
+ * Loaded from a tokenizer.json (em_tokenizer_from_pretrained) it follows
+ * Hugging Face's `tokenizers` library instead, as transformers'
+ * AutoTokenizer uses it: the added tokens are cut out of the raw text (a
+ * cleaned word equal to one is not matched), no NFC unless the normalizer asks
+ * for it, lowercasing without final sigma, the library's CJK ranges (U+2B820
+ * to U+2B91F are not CJK there), and without clean_text the text keeps its
+ * control characters and splits at Rust's whitespace (White_Space).
+ * Pair truncation stays ember's (see em_encode_opts).
  *
  * Input text is UTF-8 and NUL-terminated. Hugging Face receives a Python str
  * and so never sees invalid bytes; ember instead REFUSES invalid UTF-8
@@ -80,6 +90,105 @@ int32_t em_tokenizer_vocab_size(const em_tokenizer *tok);   /**< lines in vocab.
 int32_t em_tokenizer_token_to_id(const em_tokenizer *tok, const char *token);
 /** The token of an id (owned by the tokenizer), or NULL when out of range. */
 const char *em_tokenizer_id_to_token(const em_tokenizer *tok, int32_t id);
+
+/** Loads a Hugging Face tokenizer folder: dir/tokenizer.json when it exists,
+ * else dir/vocab.txt (as em_tokenizer_load: Python BertTokenizer's rules),
+ * with dir/tokenizer_config.json and dir/special_tokens_map.json when present.
+ *
+ * tokenizer_config.json gives do_lower_case, strip_accents (null: as
+ * do_lower_case), tokenize_chinese_chars, model_max_length, tokenizer_class and
+ * the special tokens (unk_token ... mask_token: a string, an object
+ * {"content": ...}, or null for none); special_tokens_map.json gives special
+ * tokens too and wins over tokenizer_config.json (as in transformers).
+ * Explicit (non-default, non-NULL) fields of opts win over every file.
+ *
+ * tokenizer.json must describe a BERT WordPiece tokenizer:
+ *   - normalizer: BertNormalizer (clean_text, handle_chinese_chars,
+ *     strip_accents, lowercase), null, or a Sequence of BertNormalizer (first),
+ *     NFC (before any decomposition), NFD, Lowercase, StripAccents (after NFD;
+ *     it drops every mark, M*) and Strip (a no-op before a whitespace split);
+ *   - pre_tokenizer: BertPreTokenizer, or a Sequence of WhitespaceSplit and
+ *     Punctuation (behavior Isolated) that holds both;
+ *   - model: WordPiece with continuing_subword_prefix "##" and ids 0..n-1
+ *     without gaps or duplicates;
+ *   - post_processor: BertProcessing, or TemplateProcessing with the templates
+ *     "C:0 $A:0 S:0" and "C:0 $A:0 S:0 $B:1 S:1" (C and S one token each),
+ *     which make C and S the [CLS] and [SEP] tokens;
+ *   - decoder: WordPiece or null;
+ *   - added_tokens: tokens of model.vocab with the same id, none of lstrip,
+ *     rstrip, single_word or normalized; they (and the special tokens that the
+ *     config files name) are cut out of the raw text.
+ * Anything else (a BPE, Unigram or WordLevel model, a ByteLevel pre-tokenizer
+ * or decoder, the Whitespace pre-tokenizer, ...) fails with EM_ERR_UNSUPPORTED and a
+ * message naming the file, the field and the type, e.g. "m/tokenizer.json:
+ * model type BPE is not supported (ember reads WordPiece tokenizers only)".
+ * Malformed JSON names the line and column; a field of the wrong type, an id
+ * out of range, a duplicate id or token, an added or special token missing
+ * from the vocabulary fail with EM_ERR_FORMAT naming the file and the field.
+ *
+ * Which settings win, as in transformers 5: when tokenizer_config.json's
+ * tokenizer_class is "BertTokenizer" or "BertTokenizerFast", transformers
+ * rebuilds the pipeline from the config: BertNormalizer with clean_text and the
+ * config's do_lower_case (default true), strip_accents and
+ * tokenize_chinese_chars (default true), BertPreTokenizer, WordPiece with
+ * max_input_chars_per_word 100, and [CLS] A [SEP] from the config's (else the
+ * default) special tokens; ember does the same (tokenizer.json then gives the
+ * vocabulary, the added tokens, truncation and padding, and the rest of it
+ * must still be readable). With any other class, or no config, tokenizer.json
+ * is used as written and the config files only add special tokens.
+ *
+ * tokenizer.json's "truncation" and "padding" are recorded
+ * (em_tokenizer_get_info) and written back by em_tokenizer_save_pretrained,
+ * but the encode functions do NOT apply them: in transformers the call's
+ * arguments override them too (a call without truncation=True does not
+ * truncate). On failure *out is NULL; a folder with neither tokenizer.json nor
+ * vocab.txt fails with EM_ERR_NOT_FOUND naming both. */
+em_status em_tokenizer_from_pretrained(const char *dir, const em_tokenizer_opts *opts, em_tokenizer **out);
+
+/** Writes tok as a Hugging Face tokenizer folder that transformers'
+ * AutoTokenizer.from_pretrained(dir) and em_tokenizer_from_pretrained load
+ * back to the same ids: vocab.txt, tokenizer_config.json (tokenizer_class,
+ * do_lower_case, strip_accents, tokenize_chinese_chars, model_max_length, the
+ * special tokens), special_tokens_map.json and tokenizer.json (version "1.0",
+ * truncation and padding as loaded or null, the cut-out tokens as
+ * added_tokens, BertNormalizer, BertPreTokenizer, TemplateProcessing with the
+ * real ids, a WordPiece decoder, and the WordPiece model with the vocabulary in
+ * id order). tokenizer_class is "BertTokenizer" when transformers'
+ * BertTokenizer rebuilds exactly this pipeline from the config, else
+ * "PreTrainedTokenizerFast" (and the normalizer a Sequence when clean_text is
+ * off, every mark is stripped or NFC is on). A tokenizer loaded from vocab.txt
+ * is written with the tokenizers library's rules (no final sigma, no NFC; see
+ * em_tokenizer), the only ones a tokenizer.json can express. Special tokens
+ * the vocabulary lacks are written as null. Creates dir (and its parents) when
+ * needed; each file is written under a temporary name in dir, flushed to disk
+ * and renamed, so none is ever half-written. Saving a tokenizer loaded from a
+ * saved folder gives byte-identical files. Fails with EM_ERR_IO naming the
+ * file when one cannot be written, EM_ERR_FORMAT when a token cannot be (a
+ * line break in it, or two empty tokens). */
+em_status em_tokenizer_save_pretrained(const em_tokenizer *tok, const char *dir);
+
+/** How a tokenizer splits text, and what its files said (em_tokenizer_get_info). */
+typedef struct em_tokenizer_info {
+    bool do_lower_case;            /**< lowercase                                             */
+    bool strip_accents;            /**< NFD and drop marks                                    */
+    bool strip_all_marks;          /**< the marks dropped are all of M* (StripAccents), not only Mn */
+    bool tokenize_chinese_chars;   /**< CJK ideographs are words of their own                 */
+    bool clean_text;               /**< drop control characters and U+FFFD                    */
+    bool nfc;                      /**< NFC before anything else                              */
+    bool python_semantics;         /**< Python BertTokenizer's rules (vocab.txt), not the tokenizers library's */
+    int max_input_chars_per_word;  /**< longer words are [UNK]                                */
+    int64_t model_max_length;      /**< tokenizer_config.json's; 0: none or transformers' "very large" */
+    int truncation_max_length;     /**< tokenizer.json "truncation".max_length; 0: no truncation */
+    const char *truncation_strategy;   /**< its strategy ("LongestFirst", ...); NULL: none */
+    int pad_to;                    /**< tokenizer.json "padding" strategy {"Fixed": N}: N; 0: none */
+    bool pad_to_longest;           /**< its strategy is "BatchLongest"                      */
+    int pad_to_multiple_of;        /**< its pad_to_multiple_of; 0: none                     */
+} em_tokenizer_info;
+/** The settings of tok (all zero for NULL). The file fields are informative:
+ * encoding truncates and pads only as em_encode_opts asks. Strings are owned by tok. */
+em_tokenizer_info em_tokenizer_get_info(const em_tokenizer *tok);
+/** tokenizer_config.json's model_max_length (em_tokenizer_get_info(tok).model_max_length): 0 when none. */
+int64_t em_tokenizer_model_max_length(const em_tokenizer *tok);
 
 /** The ids of the special tokens; -1 for one the vocabulary lacks. */
 typedef struct em_special_ids { /** @{ [UNK] [CLS] [SEP] [PAD] [MASK] */ int32_t unk, cls, sep, pad, mask; /** @} */ } em_special_ids;   /**< -1: absent */

@@ -1,5 +1,6 @@
-/* ember — data/: the WordPiece tokenizer's vocabulary and its API: loading
- * vocab.txt into a hash table, encoding single texts, pairs and batches
+/* ember — data/: the WordPiece tokenizer's vocabulary and its API: building
+ * the hash table from a list of tokens (vocab.txt here, tokenizer.json in
+ * tokenizer_json.c), encoding single texts, pairs and batches
  * (special tokens, longest_first truncation, padding), and decoding.
  * Text -> ids lives in tokenizer_text.c. */
 #include "data/tokenizer_internal.h"
@@ -78,6 +79,173 @@ static bool has_utf8_error(const char *s, size_t n, size_t *at)
     return false;
 }
 
+/* Where a special token came from, for messages. */
+static const char *const special_role[EM__TOK_NSPECIAL] = { "unk_token", "cls_token", "sep_token", "pad_token",
+                                                             "mask_token" };
+
+em_status em__tok_build(const char *const *tok, const uint32_t *len, int32_t n, const em__tok_build_opts *o,
+                        em_tokenizer **out)
+{
+    *out = NULL;
+    const char *path = o->path;
+    const char *names[EM__TOK_NSPECIAL];
+    size_t size = 0, extra = 0;
+    for (int32_t i = 0; i < n; i++) size += (size_t)len[i] + 1;
+    for (int i = 0; i < EM__TOK_NSPECIAL; i++) {
+        names[i] = o->special[i] ? o->special[i] : "";
+        extra += strlen(names[i]) + 1;
+    }
+    int n_split = o->split ? o->n_split : 0, n_user = 0;
+    for (int i = 0; i < n_split; i++) extra += strlen(o->split[i]) + 1;
+    for (const char *const *p = o->never_split; p && *p; p++, n_user++) extra += strlen(*p) + 1;
+
+    em_tokenizer *t = em__calloc(1, sizeof *t);
+    if (!t) return EM_ERR_OOM;
+    em_status st = EM_OK;
+    t->n_vocab = n;
+    size_t slots = 64;
+    while (slots < 4 * (size_t)n) slots *= 2;   /* at most 2 keys per token: load <= 1/2 */
+    t->mask = (uint32_t)(slots - 1);
+    t->pool = em__malloc(size + extra + 1);
+    t->off = em__malloc(((size_t)n + 1) * sizeof *t->off);
+    t->slots = em__malloc(slots * sizeof *t->slots);
+    t->never = em__calloc((size_t)(EM__TOK_NSPECIAL + n_split + n_user), sizeof *t->never);
+    if (!t->pool || !t->off || !t->slots || !t->never) { st = EM_ERR_OOM; goto fail; }
+    memset(t->slots, 0xff, slots * sizeof *t->slots);
+
+    size_t used = 0;
+    t->off[0] = 0;
+    for (int32_t id = 0; id < n; id++) {
+        const char *s = tok[id];
+        size_t k = len[id], bad;
+        if (k && has_utf8_error(s, k, &bad)) {
+            st = o->lines ? em__fail(EM_ERR_FORMAT, "%s:%d: invalid UTF-8 at byte %zu of the line", path, id + 1, bad + 1)
+                          : em__fail(EM_ERR_FORMAT, "%s: %s: the token with id %d is not valid UTF-8 (byte %zu)", path,
+                                     o->vocab_field, id, bad + 1);
+            goto fail;
+        }
+        if (k && memchr(s, 0, k)) {
+            st = o->lines ? em__fail(EM_ERR_FORMAT, "%s:%d: NUL byte in token", path, id + 1)
+                          : em__fail(EM_ERR_FORMAT, "%s: %s: the token with id %d holds a NUL character", path,
+                                     o->vocab_field, id);
+            goto fail;
+        }
+        pool_add(t, &used, k ? s : "", k);
+        t->off[id + 1] = (uint32_t)used;
+        if (k == 0) continue;   /* an empty token keeps its id; no text maps to it */
+        int32_t dup = insert(t, id, false);
+        if (dup >= 0) {
+            st = o->lines ? em__fail(EM_ERR_FORMAT, "%s:%d: duplicate token \"%.60s\" (first on line %d)", path, id + 1,
+                                     em__tok_str(t, id), dup + 1)
+                          : em__fail(EM_ERR_FORMAT, "%s: %s: duplicate token \"%.60s\" (ids %d and %d)", path,
+                                     o->vocab_field, em__tok_str(t, id), dup, id);
+            goto fail;
+        }
+        if (k > 2 && memcmp(em__tok_str(t, id), "##", 2) == 0) insert(t, id, true);
+    }
+
+    /* The pool after the vocabulary: special tokens, then the split tokens, then never_split words. */
+    for (int i = 0; i < EM__TOK_NSPECIAL; i++) {
+        size_t k = strlen(names[i]);
+        t->special[i] = pool_add(t, &used, names[i], k);
+        t->special_id[i] = k ? em_tokenizer_token_to_id(t, names[i]) : -1;
+        if (t->special_id[i] >= 0 || (i > EM__TOK_SEP && !o->required[i])) continue;
+        char from[300] = "";
+        if (o->source[i]) snprintf(from, sizeof from, " (the %s set by %s)", special_role[i], o->source[i]);
+        else if (!o->lines) snprintf(from, sizeof from, " (the %s)", special_role[i]);
+        if (!k)
+            st = em__fail(EM_ERR_FORMAT, "%s: no %s is set%s%s", path, special_role[i], o->source[i] ? " by " : "",
+                          o->source[i] ? o->source[i] : "");
+        else if (o->lines)
+            st = em__fail(EM_ERR_FORMAT, "%s: the vocabulary has no %s token%s", path, names[i], from);
+        else
+            st = em__fail(EM_ERR_FORMAT, "%s: %s has no token \"%.60s\"%s", path, o->vocab_field, names[i], from);
+        goto fail;
+    }
+    int n_cut = o->split ? n_split : EM__TOK_NSPECIAL;
+    for (int i = 0; i < n_cut; i++) {
+        const char *s = o->split ? o->split[i] : t->special[i];
+        size_t k = strlen(s);
+        bool seen = false;
+        for (int j = 0; j < t->n_never; j++) seen |= strcmp(t->never[j].s, s) == 0;
+        int32_t id = k ? em_tokenizer_token_to_id(t, s) : -1;
+        if (!k || seen || (o->split && id < 0)) continue;
+        s = o->split ? pool_add(t, &used, s, k) : s;
+        t->never[t->n_never++] = (em__tok_word){ s, k, id, false };
+        set_bit(t->special_first, (uint8_t)s[0]);
+        set_bit(t->never_first, (uint8_t)s[0]);
+    }
+    for (int i = 0; i < n_user; i++) {
+        size_t k = strlen(o->never_split[i]);
+        if (!k) continue;
+        const char *s = pool_add(t, &used, o->never_split[i], k);
+        t->never[t->n_never++] = (em__tok_word){ s, k, em_tokenizer_token_to_id(t, s), true };
+        t->n_user++;
+        set_bit(t->user_first, (uint8_t)s[0]);
+        set_bit(t->never_first, (uint8_t)s[0]);
+    }
+    t->lower = o->lower;
+    t->strip = o->strip;
+    t->strip_marks = o->strip && o->strip_marks;
+    t->chinese = o->chinese;
+    t->clean = o->clean;
+    t->nfc = o->nfc;
+    t->py = o->py;
+    t->max_chars = o->max_chars;
+    *out = t;
+    return EM_OK;
+fail:
+    em_tokenizer_free(t);
+    return st;
+}
+
+em_status em__tok_read_lines(const char *path, char **data, const char ***tok, uint32_t **len, int32_t *n)
+{
+    size_t size = 0;
+    *data = NULL;
+    *tok = NULL;
+    *len = NULL;
+    *n = 0;
+    em_status st = read_file(path, data, &size);
+    if (st) return st;
+    char *d = *data;
+    /* Lines end at \n, \r\n or \r (Python's universal newlines, as HF reads it). */
+    int32_t n_lines = 0;
+    for (size_t i = 0; i < size; i++) {
+        if (d[i] == '\n' || d[i] == '\r') {
+            n_lines++;
+            if (d[i] == '\r' && i + 1 < size && d[i + 1] == '\n') i++;
+        }
+    }
+    if (size && d[size - 1] != '\n' && d[size - 1] != '\r') n_lines++;
+    if (n_lines >= (1 << 30) || size >= UINT32_MAX / 2) {
+        em__free(d);
+        *data = NULL;
+        return em__fail(EM_ERR_FORMAT, "%s: too large (%d lines, %zu bytes)", path, n_lines, size);
+    }
+    *tok = em__malloc(((size_t)n_lines + 1) * sizeof **tok);
+    *len = em__malloc(((size_t)n_lines + 1) * sizeof **len);
+    if (!*tok || !*len) {
+        em__free(*tok);
+        em__free(*len);
+        em__free(d);
+        *data = NULL;
+        *tok = NULL;
+        *len = NULL;
+        return EM_ERR_OOM;
+    }
+    size_t pos = 0;
+    for (int32_t id = 0; id < n_lines; id++) {
+        size_t e = pos;
+        while (e < size && d[e] != '\n' && d[e] != '\r') e++;
+        (*tok)[id] = d + pos;
+        (*len)[id] = (uint32_t)(e - pos);
+        pos = e + (e < size && d[e] == '\r' && e + 1 < size && d[e + 1] == '\n' ? 2 : 1);
+    }
+    *n = n_lines;
+    return EM_OK;
+}
+
 em_status em_tokenizer_load(const char *path, const em_tokenizer_opts *opts, em_tokenizer **out)
 {
     TK_CHECK(out && path, "em_tokenizer_load", "path and out must not be NULL");
@@ -85,109 +253,28 @@ em_status em_tokenizer_load(const char *path, const em_tokenizer_opts *opts, em_
     em_tokenizer_opts o = opts ? *opts : (em_tokenizer_opts){0};
     TK_CHECK(o.max_input_chars_per_word >= 0, "em_tokenizer_load", "max_input_chars_per_word is %d",
              o.max_input_chars_per_word);
-    const char *names[EM__TOK_NSPECIAL] = {
-        o.unk_token ? o.unk_token : "[UNK]", o.cls_token ? o.cls_token : "[CLS]",
-        o.sep_token ? o.sep_token : "[SEP]", o.pad_token ? o.pad_token : "[PAD]",
-        o.mask_token ? o.mask_token : "[MASK]",
-    };
-    char *data = NULL;
-    size_t size = 0;
-    em_status st = read_file(path, &data, &size);
+    char *data;
+    const char **tok;
+    uint32_t *len;
+    int32_t n;
+    em_status st = em__tok_read_lines(path, &data, &tok, &len, &n);
     if (st) return st;
-
-    /* Lines end at \n, \r\n or \r (Python's universal newlines, as HF reads it). */
-    int32_t n_lines = 0;
-    for (size_t i = 0; i < size; i++) {
-        if (data[i] == '\n' || data[i] == '\r') {
-            n_lines++;
-            if (data[i] == '\r' && i + 1 < size && data[i + 1] == '\n') i++;
-        }
-    }
-    if (size && data[size - 1] != '\n' && data[size - 1] != '\r') n_lines++;
-    if (n_lines >= (1 << 30)) { em__free(data); return em__fail(EM_ERR_FORMAT, "%s: too many lines", path); }
-
-    size_t extra = 0;
-    for (int i = 0; i < EM__TOK_NSPECIAL; i++) extra += strlen(names[i]) + 1;
-    int n_user = 0;
-    for (const char *const *p = o.never_split; p && *p; p++, n_user++) extra += strlen(*p) + 1;
-
-    em_tokenizer *t = em__calloc(1, sizeof *t);
-    if (!t) { em__free(data); return EM_ERR_OOM; }
-    t->n_vocab = n_lines;
-    size_t slots = 64;
-    while (slots < 4 * (size_t)n_lines) slots *= 2;   /* at most 2 keys per token: load <= 1/2 */
-    t->mask = (uint32_t)(slots - 1);
-    t->pool = em__malloc(size + (size_t)n_lines + extra + 1);
-    t->off = em__malloc(((size_t)n_lines + 1) * sizeof *t->off);
-    t->slots = em__malloc(slots * sizeof *t->slots);
-    t->never = em__calloc((size_t)(EM__TOK_NSPECIAL + n_user), sizeof *t->never);
-    if (!t->pool || !t->off || !t->slots || !t->never) { st = EM_ERR_OOM; goto fail; }
-    memset(t->slots, 0xff, slots * sizeof *t->slots);
-
-    size_t used = 0, pos = 0;
-    for (int32_t id = 0; id < n_lines; id++) {
-        size_t e = pos;
-        while (e < size && data[e] != '\n' && data[e] != '\r') e++;
-        size_t bad;
-        if (has_utf8_error(data + pos, e - pos, &bad)) {
-            st = em__fail(EM_ERR_FORMAT, "%s:%d: invalid UTF-8 at byte %zu of the line", path, id + 1, bad + 1);
-            goto fail;
-        }
-        if (memchr(data + pos, 0, e - pos)) {
-            st = em__fail(EM_ERR_FORMAT, "%s:%d: NUL byte in token", path, id + 1);
-            goto fail;
-        }
-        t->off[id] = (uint32_t)used;
-        pool_add(t, &used, data + pos, e - pos);
-        t->off[id + 1] = (uint32_t)used;
-        pos = e + (e < size && data[e] == '\r' && e + 1 < size && data[e + 1] == '\n' ? 2 : 1);
-        if (em__tok_len(t, id) == 0) continue;   /* an empty line keeps its id; no token maps to it */
-        int32_t dup = insert(t, id, false);
-        if (dup >= 0) {
-            st = em__fail(EM_ERR_FORMAT, "%s:%d: duplicate token \"%.60s\" (first on line %d)", path, id + 1,
-                          em__tok_str(t, id), dup + 1);
-            goto fail;
-        }
-        if (em__tok_len(t, id) > 2 && memcmp(em__tok_str(t, id), "##", 2) == 0) insert(t, id, true);
-    }
+    em__tok_build_opts b = {
+        .path = path, .lines = true,
+        .special = { o.unk_token ? o.unk_token : "[UNK]", o.cls_token ? o.cls_token : "[CLS]",
+                     o.sep_token ? o.sep_token : "[SEP]", o.pad_token ? o.pad_token : "[PAD]",
+                     o.mask_token ? o.mask_token : "[MASK]" },
+        .never_split = o.never_split,
+        .lower = o.do_lower_case != EM_TOK_OFF,
+        .chinese = o.tokenize_chinese_chars != EM_TOK_OFF,
+        .clean = true, .nfc = true, .py = true,
+        .max_chars = o.max_input_chars_per_word ? o.max_input_chars_per_word : 100,
+    };
+    b.strip = o.strip_accents == EM_TOK_DEFAULT ? b.lower : o.strip_accents == EM_TOK_ON;
+    st = em__tok_build((const char *const *)tok, len, n, &b, out);
+    em__free(tok);
+    em__free(len);
     em__free(data);
-    data = NULL;
-
-    /* The pool after the vocabulary: special tokens, then never_split words. */
-    for (int i = 0; i < EM__TOK_NSPECIAL; i++) {
-        size_t n = strlen(names[i]);
-        t->special[i] = pool_add(t, &used, names[i], n);
-        t->special_id[i] = em_tokenizer_token_to_id(t, names[i]);
-        if (t->special_id[i] < 0 && i <= EM__TOK_SEP) {
-            st = em__fail(EM_ERR_FORMAT, "%s: the vocabulary has no %s token", path, names[i]);
-            goto fail;
-        }
-        bool seen = false;
-        for (int j = 0; j < t->n_never; j++) seen |= strcmp(t->never[j].s, names[i]) == 0;
-        if (n && !seen) {
-            t->never[t->n_never++] = (em__tok_word){ t->special[i], n, t->special_id[i], false };
-            set_bit(t->special_first, (uint8_t)names[i][0]);
-            set_bit(t->never_first, (uint8_t)names[i][0]);
-        }
-    }
-    for (int i = 0; i < n_user; i++) {
-        size_t n = strlen(o.never_split[i]);
-        if (!n) continue;
-        const char *s = pool_add(t, &used, o.never_split[i], n);
-        t->never[t->n_never++] = (em__tok_word){ s, n, em_tokenizer_token_to_id(t, s), true };
-        t->n_user++;
-        set_bit(t->user_first, (uint8_t)s[0]);
-        set_bit(t->never_first, (uint8_t)s[0]);
-    }
-    t->lower = o.do_lower_case != EM_TOK_OFF;
-    t->strip = o.strip_accents == EM_TOK_DEFAULT ? t->lower : o.strip_accents == EM_TOK_ON;
-    t->chinese = o.tokenize_chinese_chars != EM_TOK_OFF;
-    t->max_chars = o.max_input_chars_per_word ? o.max_input_chars_per_word : 100;
-    *out = t;
-    return EM_OK;
-fail:
-    em__free(data);
-    em_tokenizer_free(t);
     return st;
 }
 
@@ -198,6 +285,9 @@ void em_tokenizer_free(em_tokenizer *t)
     em__free(t->off);
     em__free(t->slots);
     em__free(t->never);
+    em__free(t->trunc_json);
+    em__free(t->pad_json);
+    em__free(t->trunc_strategy);
     em__free(t);
 }
 

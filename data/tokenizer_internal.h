@@ -1,6 +1,7 @@
 /* ember — data/: internals of the WordPiece tokenizer, shared by
- * tokenizer.c (vocabulary, encode/decode API, batches) and tokenizer_text.c
- * (text -> ids: special tokens, basic tokenizer, WordPiece). Not installed. */
+ * tokenizer.c (vocabulary, encode/decode API, batches), tokenizer_text.c
+ * (text -> ids: special tokens, basic tokenizer, WordPiece) and
+ * tokenizer_json.c (Hugging Face tokenizer folders). Not installed. */
 #ifndef EMBER_TOKENIZER_INTERNAL_H
 #define EMBER_TOKENIZER_INTERNAL_H
 
@@ -31,6 +32,13 @@ enum { EM__TOK_UNK, EM__TOK_CLS, EM__TOK_SEP, EM__TOK_PAD, EM__TOK_MASK, EM__TOK
 
 struct em_tokenizer {
     bool lower, strip, chinese;
+    bool strip_marks;           /* strip every mark (M*: the StripAccents normalizer), not only Mn */
+    bool clean;                 /* clean_text: drop controls and U+FFFD, whitespace set of Python's BertTokenizer */
+    bool nfc;                   /* NFC each word first */
+    /* Python's BertTokenizer (vocab.txt) rather than the tokenizers library
+     * (tokenizer.json): final sigma when lowercasing, HF's Python CJK ranges,
+     * and a cleaned word equal to a special token maps to it. */
+    bool py;
     int max_chars;              /* max_input_chars_per_word */
 
     int32_t n_vocab;
@@ -48,7 +56,44 @@ struct em_tokenizer {
     uint8_t never_first[32];    /* bitmap: first bytes of all never words   */
     uint8_t user_first[32];     /* bitmap: first bytes of never_split words */
     uint8_t special_first[32];  /* bitmap: first bytes of the specials      */
+
+    /* What tokenizer.json / tokenizer_config.json said (em_tokenizer_get_info),
+     * and the "truncation" and "padding" objects as loaded, for saving. */
+    em_tokenizer_info info;
+    char *trunc_json, *pad_json;   /* unformatted JSON or NULL */
+    char *trunc_strategy;          /* info.truncation_strategy points here */
 };
+
+/* How em__tok_build makes a tokenizer from its tokens. */
+typedef struct em__tok_build_opts {
+    const char *path;       /* the file the tokens came from, for messages             */
+    bool lines;             /* vocab.txt: messages say path:line (line = id + 1)        */
+    const char *vocab_field;   /* else the JSON field of the vocabulary ("model.vocab") */
+    /* Special token strings ("" or NULL: none, id -1), and for each whether it
+     * must be in the vocabulary, and where it came from (for messages; NULL
+     * for the defaults). [UNK], [CLS] and [SEP] are always required. */
+    const char *special[EM__TOK_NSPECIAL];
+    bool required[EM__TOK_NSPECIAL];
+    const char *source[EM__TOK_NSPECIAL];
+    /* Tokens cut out of the raw text before anything else. NULL: the special
+     * tokens, an absent one mapping to [UNK] (Python's BertTokenizer). Else
+     * the n_split tokens that are in the vocabulary (others are skipped). */
+    const char *const *split;
+    int n_split;
+    const char *const *never_split;   /* NULL-terminated, or NULL */
+    bool lower, strip, strip_marks, chinese, clean, nfc, py;
+    int max_chars;
+} em__tok_build_opts;
+
+/* Reads vocab.txt: *n lines (LF, CRLF or CR), line i is tok[i][0, len[i]),
+ * pointing into *data. The caller frees the three with em__free. */
+em_status em__tok_read_lines(const char *path, char **data, const char ***tok, uint32_t **len, int32_t *n);
+
+/* Builds a tokenizer from n tokens indexed by id: token i is tok[i][0, len[i])
+ * (len 0: the id maps to no token). Checks UTF-8, NUL bytes, duplicates and the
+ * special tokens, naming o->path. On failure *out is NULL. */
+em_status em__tok_build(const char *const *tok, const uint32_t *len, int32_t n, const em__tok_build_opts *o,
+                        em_tokenizer **out);
 
 static inline bool em__tok_bit(const uint8_t map[32], uint8_t c) { return (map[c >> 3] >> (c & 7)) & 1; }
 

@@ -1,6 +1,10 @@
 /* ember — data/: text -> WordPiece ids, exactly as Hugging Face's Python
  * BertTokenizer does it (tokenization_bert.py: BasicTokenizer then
- * WordpieceTokenizer, after the added-token split of PreTrainedTokenizer).
+ * WordpieceTokenizer, after the added-token split of PreTrainedTokenizer),
+ * or, for a tokenizer read from tokenizer.json (t->py false), as the
+ * tokenizers library does it (BertNormalizer or a Sequence of NFD, Lowercase,
+ * StripAccents; BertPreTokenizer; WordPiece): no final sigma, the library's
+ * CJK ranges, NFC only when asked, and clean_text may be off.
  *
  * One pass over the bytes cleans the text and cuts it into whitespace words;
  * the special tokens are cut out on the way (like HF's trie split, they act as
@@ -50,12 +54,14 @@ static inline bool is_punct_cp(int32_t c)
 }
 
 /* HF's _is_chinese_char: the CJK Unified Ideographs blocks (these ranges are
- * HF's definition, not Unicode data). */
-static inline bool is_cjk(int32_t c)
+ * HF's definition, not Unicode data). The tokenizers library's copy has
+ * 0x2B920 where Python has 0x2B820 (py false). */
+static inline bool is_cjk(int32_t c, bool py)
 {
     return (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3400 && c <= 0x4DBF) || (c >= 0x20000 && c <= 0x2A6DF) ||
-           (c >= 0x2A700 && c <= 0x2B73F) || (c >= 0x2B740 && c <= 0x2B81F) || (c >= 0x2B820 && c <= 0x2CEAF) ||
-           (c >= 0xF900 && c <= 0xFAFF) || (c >= 0x2F800 && c <= 0x2FA1F);
+           (c >= 0x2A700 && c <= 0x2B73F) || (c >= 0x2B740 && c <= 0x2B81F) ||
+           (c >= (py ? 0x2B820 : 0x2B920) && c <= 0x2CEAF) || (c >= 0xF900 && c <= 0xFAFF) ||
+           (c >= 0x2F800 && c <= 0x2FA1F);
 }
 
 /* ---- UTF-8 ------------------------------------------------------------------ */
@@ -142,8 +148,12 @@ static const em__tok_word *never_find(const em_tokenizer *t, const uint8_t *s, s
     return NULL;
 }
 
+/* A cleaned word that is a never-split word. Python's BertTokenizer counts the
+ * special tokens among them; the tokenizers library matches added tokens in
+ * the raw text only (t->py false). */
 static inline const em__tok_word *never_check(const em_tokenizer *t, const uint8_t *s, size_t n)
 {
+    if (!t->py) return t->n_user && n && em__tok_bit(t->user_first, s[0]) ? never_find(t, s, n, true) : NULL;
     return t->n_never && n && em__tok_bit(t->never_first, s[0]) ? never_find(t, s, n, false) : NULL;
 }
 
@@ -222,15 +232,17 @@ static bool final_sigma(const int32_t *c, size_t n, size_t i)
     return j == n || !cased(c[j]);
 }
 
-/* dst receives lower(src); returns its length (at most 2n). */
-static size_t python_lower(const int32_t *src, size_t n, int32_t *dst)
+/* dst receives lower(src); returns its length (at most 2n). Without final
+ * sigma (sigma false), Rust's char::to_lowercase, which the tokenizers library
+ * applies one character at a time. */
+static size_t python_lower(const int32_t *src, size_t n, int32_t *dst, bool sigma)
 {
     size_t m = 0;
     for (size_t i = 0; i < n; i++) {
         int32_t c = src[i];
         if (c < 0x80) dst[m++] = ALOWER[c];
         else if (c == 0x130) { dst[m++] = 'i'; dst[m++] = 0x307; }   /* SpecialCasing: İ -> i + U+0307 */
-        else if (c == 0x3A3) dst[m++] = final_sigma(src, n, i) ? 0x3C2 : 0x3C3;
+        else if (c == 0x3A3) dst[m++] = sigma && final_sigma(src, n, i) ? 0x3C2 : 0x3C3;
         else dst[m++] = utf8proc_tolower(c);
     }
     return m;
@@ -267,18 +279,18 @@ static ptrdiff_t encode(em__tok_work *w, const int32_t *c, size_t n, bool pos)
     return (ptrdiff_t)m;
 }
 
-/* A word that holds non-ASCII characters: HF's NFC, lower, NFD, strip Mn, split
- * on punctuation, on code points. */
+/* A word that holds non-ASCII characters: HF's NFC, lower, NFD, strip Mn (or
+ * every mark), split on punctuation, on code points. */
 static void unicode_word(const em_tokenizer *t, em__tok_work *w, const uint8_t *s, size_t n)
 {
-    ptrdiff_t nc = normalize(w, s, n, UTF8PROC_COMPOSE);
+    ptrdiff_t nc = normalize(w, s, n, t->nfc ? UTF8PROC_COMPOSE : 0);
     if (nc < 0) return;
     ptrdiff_t nb = encode(w, w->cp, (size_t)nc, false);
     if (nb < 0) return;
     if (never_check(t, w->bytes, (size_t)nb)) { emit_piece(t, w, w->bytes, (size_t)nb); return; }
     if (t->lower) {
         if (!GROW(w, cp2, 2 * (size_t)nc + 1)) return;
-        nc = (ptrdiff_t)python_lower(w->cp, (size_t)nc, w->cp2);
+        nc = (ptrdiff_t)python_lower(w->cp, (size_t)nc, w->cp2, t->py);
         int32_t *tmp = w->cp; w->cp = w->cp2; w->cp2 = tmp;
         size_t tc = w->cp_cap; w->cp_cap = w->cp2_cap; w->cp2_cap = tc;
     }
@@ -288,8 +300,12 @@ static void unicode_word(const em_tokenizer *t, em__tok_work *w, const uint8_t *
         memcpy(w->word, w->bytes, (size_t)nb);
         if ((nc = normalize(w, w->word, (size_t)nb, UTF8PROC_DECOMPOSE)) < 0) return;
         ptrdiff_t m = 0;
-        for (ptrdiff_t i = 0; i < nc; i++)
-            if (utf8proc_category(w->cp[i]) != UTF8PROC_CATEGORY_MN) w->cp[m++] = w->cp[i];
+        for (ptrdiff_t i = 0; i < nc; i++) {
+            utf8proc_category_t k = utf8proc_category(w->cp[i]);
+            bool mark = k == UTF8PROC_CATEGORY_MN ||
+                        (t->strip_marks && (k == UTF8PROC_CATEGORY_MC || k == UTF8PROC_CATEGORY_ME));
+            if (!mark) w->cp[m++] = w->cp[i];
+        }
         nc = m;
     }
     if ((nb = encode(w, w->cp, (size_t)nc, true)) < 0 || nb == 0) return;
@@ -364,7 +380,9 @@ em_status em__tok_text_to_ids(const em_tokenizer *t, const char *text, const cha
             continue;
         }
         if (c < 0x80) {
-            switch (ACLASS[c]) {
+            uint8_t cls = ACLASS[c];
+            if (cls == A_DROP && !t->clean) cls = c == 0x0b || c == 0x0c ? A_SPACE : A_CHAR;   /* Rust's is_whitespace */
+            switch (cls) {
             case A_DROP: break;
             case A_SPACE: FLUSH(); break;
             default: w->word[wn++] = c;
@@ -375,11 +393,13 @@ em_status em__tok_text_to_ids(const em_tokenizer *t, const char *text, const cha
         int len;
         int32_t cp = utf8_decode(s + i, &len);
         utf8proc_category_t cat = utf8proc_category(cp);
-        if (cp == 0xFFFD || cat == UTF8PROC_CATEGORY_CN || cat >= UTF8PROC_CATEGORY_CC) {
+        if (t->clean && (cp == 0xFFFD || cat == UTF8PROC_CATEGORY_CN || cat >= UTF8PROC_CATEGORY_CC)) {
             /* dropped: U+FFFD and category C* (HF's _clean_text) */
-        } else if (cat == UTF8PROC_CATEGORY_ZS || cat == UTF8PROC_CATEGORY_ZL || cat == UTF8PROC_CATEGORY_ZP) {
-            FLUSH();   /* Zs is HF's whitespace; Zl/Zp split in Python's str.split() */
-        } else if (t->chinese && is_cjk(cp)) {
+        } else if (cat == UTF8PROC_CATEGORY_ZS || cat == UTF8PROC_CATEGORY_ZL || cat == UTF8PROC_CATEGORY_ZP ||
+                   cp == 0x85) {
+            FLUSH();   /* Zs is HF's whitespace; Zl/Zp split in Python's str.split(); U+0085 is
+                        * Rust's whitespace (without clean_text: with it, U+0085 is a dropped Cc) */
+        } else if (t->chinese && is_cjk(cp, t->py)) {
             FLUSH();
             memcpy(w->word, s + i, (size_t)len);
             wn = (size_t)len;
