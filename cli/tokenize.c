@@ -1,6 +1,7 @@
 /* ember tokenize — the WordPiece ids of each line of stdin, as Hugging Face's
  * BertTokenizer gives them (with [CLS]/[SEP]). Lines are encoded in batches on
- * worker threads (EM_NUM_THREADS); output order is input order. */
+ * worker threads (EM_NUM_THREADS); output order is input order. With --save,
+ * writes the tokenizer as a Hugging Face folder instead. */
 #include "data/data.h"
 
 #include <getopt.h>
@@ -9,10 +10,16 @@
 #include <string.h>
 
 static const char USAGE[] =
-    "usage: ember tokenize --vocab FILE [--cased] [--max-length N] [--pair]\n"
+    "usage: ember tokenize (--vocab FILE | --tokenizer DIR) [--cased] [--max-length N] [--pair]\n"
+    "       ember tokenize (--vocab FILE | --tokenizer DIR) [--cased] --save DIR\n"
     "  Reads one text per line on stdin and prints its token ids, space-separated,\n"
     "  one line per input line.\n"
     "  --vocab FILE      vocab.txt of the model (one token per line)\n"
+    "  --tokenizer DIR   a Hugging Face tokenizer folder (tokenizer.json or vocab.txt,\n"
+    "                    tokenizer_config.json, special_tokens_map.json)\n"
+    "  --save DIR        write the tokenizer to DIR as a Hugging Face folder (vocab.txt,\n"
+    "                    tokenizer.json, tokenizer_config.json, special_tokens_map.json)\n"
+    "                    and exit without reading stdin\n"
     "  --cased           do not lowercase or strip accents (cased models)\n"
     "  --max-length N    truncate to N ids, special tokens included\n"
     "  --pair            each line holds two texts separated by a TAB ([CLS] a [SEP] b [SEP])\n";
@@ -62,9 +69,10 @@ int ember_cmd_tokenize(int argc, char **argv)
     static const struct option longopts[] = {
         { "vocab", required_argument, NULL, 'v' }, { "cased", no_argument, NULL, 'c' },
         { "max-length", required_argument, NULL, 'm' }, { "pair", no_argument, NULL, 'p' },
+        { "tokenizer", required_argument, NULL, 't' }, { "save", required_argument, NULL, 's' },
         { "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 },
     };
-    const char *vocab = NULL;
+    const char *vocab = NULL, *dir = NULL, *save = NULL;
     bool cased = false, pair = false;
     long max_length = 0;
     optind = 1;
@@ -72,6 +80,8 @@ int ember_cmd_tokenize(int argc, char **argv)
     for (int c; (c = getopt_long(argc, argv, "", longopts, NULL)) != -1;) {
         switch (c) {
         case 'v': vocab = optarg; break;
+        case 't': dir = optarg; break;
+        case 's': save = optarg; break;
         case 'c': cased = true; break;
         case 'p': pair = true; break;
         case 'm': {
@@ -90,15 +100,22 @@ int ember_cmd_tokenize(int argc, char **argv)
         }
     }
     if (optind < argc) return bad_usage("unexpected argument");
-    if (!vocab) return bad_usage("--vocab is required");
+    if (!vocab == !dir) return bad_usage(vocab ? "--vocab and --tokenizer exclude each other"
+                                               : "--vocab or --tokenizer is required");
     if (max_length && max_length < (pair ? 3 : 2))
         return bad_usage("--max-length must leave room for [CLS] and [SEP]");
 
     em_tokenizer *t;
     em_tokenizer_opts to = { .do_lower_case = cased ? EM_TOK_OFF : EM_TOK_DEFAULT };
-    if (em_tokenizer_load(vocab, &to, &t) != EM_OK) {
+    if ((vocab ? em_tokenizer_load(vocab, &to, &t) : em_tokenizer_from_pretrained(dir, &to, &t)) != EM_OK) {
         fprintf(stderr, "ember tokenize: %s\n", em_last_error());
         return 1;
+    }
+    if (save) {
+        int rc = em_tokenizer_save_pretrained(t, save) == EM_OK ? 0 : 1;
+        if (rc) fprintf(stderr, "ember tokenize: %s\n", em_last_error());
+        em_tokenizer_free(t);
+        return rc;
     }
     em_encode_opts eo = { .max_length = (int)max_length };
     char **texts = calloc(CHUNK, sizeof *texts), **pairs = pair ? calloc(CHUNK, sizeof *pairs) : NULL;
