@@ -708,7 +708,8 @@ em_status em_tokenizer_from_pretrained(const char *dir, const em_tokenizer_opts 
     bool from_cfg = !use_json || tc.bert_class;
     const char *path = use_json ? json_path : vocab_path;
     if (use_json) {
-        if ((st = read_json(json_path, &root))) goto done;
+        if ((st = read_json(json_path, &root)) || (st = parse_model(get(root, "model"), path, &pipe, &tok, &len, &n)))
+            goto done;
         const cJSON *norm = get(root, "normalizer");
         if (norm && !cJSON_IsNull(norm) && (st = parse_normalizer(norm, path, "normalizer", &pipe, 0))) goto done;
         if (pipe.nfd && !pipe.strip) {
@@ -730,8 +731,7 @@ em_status em_tokenizer_from_pretrained(const char *dir, const em_tokenizer_opts 
                           ws ? "at whitespace only" : "at punctuation only");
             goto done;
         }
-        if ((st = parse_model(get(root, "model"), path, &pipe, &tok, &len, &n)) ||
-            (st = parse_post(get(root, "post_processor"), path, &pipe)) ||
+        if ((st = parse_post(get(root, "post_processor"), path, &pipe)) ||
             (st = parse_decoder(get(root, "decoder"), path)) ||
             (st = parse_added(root, path, &added, &added_ids, &n_added)) ||
             (st = parse_trunc_pad(root, path, &info, &trunc_json, &pad_json, &strategy)))

@@ -393,8 +393,9 @@ em_status em__tok_text_to_ids(const em_tokenizer *t, const char *text, const cha
         int len;
         int32_t cp = utf8_decode(s + i, &len);
         utf8proc_category_t cat = utf8proc_category(cp);
-        if (t->clean && (cp == 0xFFFD || cat == UTF8PROC_CATEGORY_CN || cat >= UTF8PROC_CATEGORY_CC)) {
-            /* dropped: U+FFFD and category C* (HF's _clean_text) */
+        if (t->clean && (cp == 0xFFFD || cat >= UTF8PROC_CATEGORY_CC || (t->py && cat == UTF8PROC_CATEGORY_CN))) {
+            /* dropped: U+FFFD and category C* (HF's _clean_text); the tokenizers
+             * library keeps unassigned code points (Cn) */
         } else if (cat == UTF8PROC_CATEGORY_ZS || cat == UTF8PROC_CATEGORY_ZL || cat == UTF8PROC_CATEGORY_ZP ||
                    cp == 0x85) {
             FLUSH();   /* Zs is HF's whitespace; Zl/Zp split in Python's str.split(); U+0085 is

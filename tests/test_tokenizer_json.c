@@ -1,0 +1,840 @@
+/* data/tokenizer_json.c: Hugging Face tokenizer folders.
+ *   - folders that transformers / tokenizers wrote (tests/fixtures/tokenizer-json,
+ *     made by tools/make-tokenizer-json-fixture.py) give the ids they gave;
+ *   - refusals name the type, the field and the file; malformed and hostile
+ *     JSON fails cleanly (also under failed allocations and random mutations);
+ *   - the bert-base-uncased vocabulary saved as tokenizer.json and read back
+ *     gives the golden ids of ../shared/data/tokenizer-golden, and the ids that
+ *     transformers gave for that folder (roundtrip_ids.tsv);
+ *   - saving what was loaded from a saved folder gives byte-identical files. */
+#include "check_util.h"
+#include "data/data.h"
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+static char tmpdir[256];
+
+/* ---- files ------------------------------------------------------------------------ */
+static char *slurp(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    ck_assert_msg(f, "cannot open %s", path);
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)len + 1);
+    ck_assert_int_eq(fread(buf, 1, (size_t)len, f), (size_t)len);
+    buf[len] = 0;
+    fclose(f);
+    if (n) *n = (size_t)len;
+    return buf;
+}
+
+static void spit(const char *path, const char *data)
+{
+    FILE *f = fopen(path, "wb");
+    ck_assert_msg(f, "cannot write %s", path);
+    fputs(data, f);
+    fclose(f);
+}
+
+/* A fresh directory tmpdir/name (emptied if it exists); returns its path (static ring of 4). */
+static const char *scratch(const char *name)
+{
+    static char bufs[4][512];
+    static int k;
+    char *p = bufs[k++ & 3];
+    snprintf(p, 512, "%s/%s", tmpdir, name);
+    DIR *d = opendir(p);
+    for (struct dirent *de; d && (de = readdir(d));) {
+        char q[800];
+        snprintf(q, sizeof q, "%s/%s", p, de->d_name);
+        if (de->d_name[0] != '.' || strlen(de->d_name) > 2) unlink(q);
+    }
+    if (d) closedir(d);
+    mkdir(p, 0755);
+    return p;
+}
+
+/* tmpdir/name without touching it (static ring of 4). */
+static const char *tmp_path(const char *name)
+{
+    static char bufs[4][512];
+    static int k;
+    char *p = bufs[k++ & 3];
+    snprintf(p, 512, "%s/%s", tmpdir, name);
+    return p;
+}
+
+/* tu_fixture_path in a ring of 8 buffers (it has one). */
+static const char *fixture(const char *name)
+{
+    static char bufs[8][1024];
+    static int k;
+    char *p = bufs[k++ & 7];
+    snprintf(p, 1024, "%s", tu_fixture_path(name));
+    return p;
+}
+
+/* ---- the TSV of cases: text, pair (\N: none), ids, type_ids ---------------------------- */
+typedef struct tcase {
+    char *text, *pair;
+    int32_t *ids, *types;
+    int n;
+} tcase;
+
+static char *unescape(const char *s)
+{
+    char *out = malloc(strlen(s) + 1), *o = out;
+    for (; *s; s++) {
+        if (*s != '\\') { *o++ = *s; continue; }
+        s++;
+        switch (*s) {
+        case 't': *o++ = '\t'; break;
+        case 'n': *o++ = '\n'; break;
+        case 'r': *o++ = '\r'; break;
+        case '\\': *o++ = '\\'; break;
+        case 'x': {
+            char hex[3] = { s[1], s[2], 0 };
+            *o++ = (char)strtol(hex, NULL, 16);
+            s += 2;
+            break;
+        }
+        default: ck_abort_msg("bad escape \\%c", *s);
+        }
+    }
+    *o = 0;
+    return out;
+}
+
+static int parse_ints(const char *s, int32_t **out)
+{
+    int cap = 16, n = 0;
+    int32_t *v = malloc((size_t)cap * sizeof *v);
+    char *end;
+    for (long x = strtol(s, &end, 10); end != s; x = strtol(s, &end, 10)) {
+        if (n == cap) v = realloc(v, (size_t)(cap *= 2) * sizeof *v);
+        v[n++] = (int32_t)x;
+        s = end;
+    }
+    *out = v;
+    return n;
+}
+
+static tcase *read_cases(const char *path, int *count)
+{
+    FILE *f = fopen(path, "r");
+    ck_assert_msg(f, "cannot open %s", path);
+    char *line = NULL;
+    size_t cap = 0;
+    ck_assert(getline(&line, &cap, f) > 0);   /* header */
+    tcase *c = NULL;
+    int n = 0;
+    while (getline(&line, &cap, f) > 0) {
+        line[strcspn(line, "\n")] = 0;
+        char *col[4] = { line };
+        int k = 1;
+        for (char *p = line; *p && k < 4; p++)
+            if (*p == '\t') { *p = 0; col[k++] = p + 1; }
+        ck_assert_int_eq(k, 4);
+        c = realloc(c, (size_t)(n + 1) * sizeof *c);
+        c[n].text = unescape(col[0]);
+        c[n].pair = strcmp(col[1], "\\N") ? unescape(col[1]) : NULL;
+        c[n].n = parse_ints(col[2], &c[n].ids);
+        ck_assert_int_eq(parse_ints(col[3], &c[n].types), c[n].n);
+        n++;
+    }
+    free(line);
+    fclose(f);
+    *count = n;
+    return c;
+}
+
+static void free_cases(tcase *c, int n)
+{
+    for (int i = 0; i < n; i++) {
+        free(c[i].text);
+        free(c[i].pair);
+        free(c[i].ids);
+        free(c[i].types);
+    }
+    free(c);
+}
+
+static char *ids_str(const int32_t *ids, int n)
+{
+    static char buf[4][4096];
+    static int k;
+    char *b = buf[k++ & 3];
+    size_t m = 0;
+    b[0] = 0;
+    for (int i = 0; i < n && m < 4000; i++) m += (size_t)snprintf(b + m, 4096 - m, i ? " %d" : "%d", ids[i]);
+    return b;
+}
+
+/* Encodes every case of tsv with t; returns the number that differ (the first few printed). */
+static int compare_cases(const em_tokenizer *t, const char *tsv, int *rows)
+{
+    int n, bad = 0;
+    tcase *c = read_cases(tsv, &n);
+    for (int i = 0; i < n; i++) {
+        em_encoding e;
+        em_status st = c[i].pair ? em_tokenizer_encode_pair(t, c[i].text, c[i].pair, NULL, &e)
+                                 : em_tokenizer_encode(t, c[i].text, NULL, &e);
+        ck_assert_msg(st == EM_OK, "%s row %d: %s", tsv, i, em_last_error());
+        bool same = e.len == c[i].n && !memcmp(e.ids, c[i].ids, (size_t)e.len * 4) &&
+                    !memcmp(e.type_ids, c[i].types, (size_t)e.len * 4);
+        if (!same && ++bad <= 8)
+            fprintf(stderr, "%s row %d \"%s\"%s%s%s\n  want %s\n  got  %s\n", tsv, i, c[i].text,
+                    c[i].pair ? " + \"" : "", c[i].pair ? c[i].pair : "", c[i].pair ? "\"" : "",
+                    ids_str(c[i].ids, c[i].n), ids_str(e.ids, e.len));
+        em_encoding_free(&e);
+    }
+    free_cases(c, n);
+    if (rows) *rows = n;
+    return bad;
+}
+
+static em_tokenizer *load_dir(const char *dir, const em_tokenizer_opts *o)
+{
+    em_tokenizer *t = NULL;
+    em_status st = em_tokenizer_from_pretrained(dir, o, &t);
+    ck_assert_msg(st == EM_OK, "%s: %s", dir, em_last_error());
+    return t;
+}
+
+static void check_folder(const char *name, const em_tokenizer_opts *o, const char *tsv_name)
+{
+    char dir[256], tsv[256];
+    snprintf(dir, sizeof dir, "tokenizer-json/%s", name);
+    snprintf(tsv, sizeof tsv, "tokenizer-json/%s.tsv", tsv_name ? tsv_name : name);
+    em_tokenizer *t = load_dir(fixture(dir), o);
+    int rows, bad = compare_cases(t, fixture(tsv), &rows);
+    em_tokenizer_free(t);
+    ck_assert_int_gt(rows, 60);
+    ck_assert_msg(bad == 0, "%s: %d of %d rows differ from transformers", name, bad, rows);
+}
+
+/* ---- folders transformers wrote ---------------------------------------------------------- */
+START_TEST(hf_bert_uncased) { check_folder("bert_uncased", NULL, NULL); }
+END_TEST
+START_TEST(hf_bert_cased) { check_folder("bert_cased", NULL, NULL); }
+END_TEST
+START_TEST(hf_sequence) { check_folder("sequence", NULL, NULL); }
+END_TEST
+START_TEST(hf_config_wins) { check_folder("bert_config_cased", NULL, NULL); }
+END_TEST
+START_TEST(hf_vocab_only) { check_folder("vocab_only", NULL, NULL); }
+END_TEST
+/* explicit opts win over the files: the uncased folder made cased is the cased one */
+START_TEST(opts_win)
+{
+    check_folder("bert_uncased", &(em_tokenizer_opts){ .do_lower_case = EM_TOK_OFF, .strip_accents = EM_TOK_OFF },
+                 "bert_cased");
+}
+END_TEST
+
+START_TEST(info)
+{
+    em_tokenizer *t = load_dir(fixture("tokenizer-json/bert_config_cased"), NULL);
+    em_tokenizer_info i = em_tokenizer_get_info(t);
+    ck_assert(!i.do_lower_case && !i.strip_accents && i.clean_text && i.tokenize_chinese_chars && !i.python_semantics);
+    ck_assert_int_eq(i.model_max_length, 64);
+    ck_assert_int_eq(em_tokenizer_model_max_length(t), 64);
+    ck_assert_int_eq(i.truncation_max_length, 0);
+    ck_assert_ptr_null(i.truncation_strategy);
+    ck_assert_int_eq(em_tokenizer_special_ids(t).mask, em_tokenizer_token_to_id(t, "[unused0]"));
+    em_tokenizer_free(t);
+
+    t = load_dir(fixture("tokenizer-json/sequence"), NULL);
+    i = em_tokenizer_get_info(t);
+    ck_assert(i.do_lower_case && i.strip_accents && i.strip_all_marks && !i.clean_text && !i.tokenize_chinese_chars);
+    ck_assert_int_eq(i.max_input_chars_per_word, 12);
+    ck_assert_int_eq(i.model_max_length, 0);   /* transformers' 1e30 */
+    em_tokenizer_free(t);
+
+    t = load_dir(fixture("tokenizer-json/vocab_only"), NULL);
+    i = em_tokenizer_get_info(t);
+    ck_assert(i.python_semantics && !i.do_lower_case && i.clean_text && i.nfc);
+    ck_assert_int_eq(i.model_max_length, 128);
+    em_tokenizer_free(t);
+    i = em_tokenizer_get_info(NULL);
+    ck_assert_int_eq(i.max_input_chars_per_word, 0);
+}
+END_TEST
+
+/* ---- edited copies of bert_uncased/tokenizer.json ------------------------------------------ */
+/* tokenizer.json = bert_uncased's with `from` replaced by `to` (once; from must occur), in a
+ * fresh directory; config (may be NULL) becomes tokenizer_config.json. Returns the directory. */
+static const char *edited(const char *name, const char *from, const char *to, const char *config)
+{
+    char *src = slurp(fixture("tokenizer-json/bert_uncased/tokenizer.json"), NULL);
+    const char *dir = scratch(name);
+    char path[600];
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    if (from) {
+        char *at = strstr(src, from);
+        ck_assert_msg(at, "\"%s\" is not in the fixture", from);
+        size_t a = (size_t)(at - src), fl = strlen(from), tl = strlen(to), n = strlen(src);
+        char *out = malloc(n - fl + tl + 1);
+        memcpy(out, src, a);
+        memcpy(out + a, to, tl);
+        memcpy(out + a + tl, at + fl, n - a - fl + 1);
+        spit(path, out);
+        free(out);
+    } else {
+        spit(path, src);
+    }
+    free(src);
+    if (config) {
+        snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+        spit(path, config);
+    }
+    return dir;
+}
+
+static void expect_error(const char *dir, em_status want, const char *msg)
+{
+    em_tokenizer *t = (em_tokenizer *)1;
+    em_status st = em_tokenizer_from_pretrained(dir, NULL, &t);
+    ck_assert_msg(t == NULL, "%s: loaded, want the error \"%s\"", dir, msg);
+    ck_assert_msg(st == want, "%s: status %d, want %d (%s)", dir, st, want, em_last_error());
+    ck_assert_msg(strstr(em_last_error(), msg), "\"%s\" lacks \"%s\"", em_last_error(), msg);
+}
+
+/* The error must also name the file: dir/file. */
+static void expect_error_in(const char *dir, const char *file, em_status want, const char *msg)
+{
+    expect_error(dir, want, msg);
+    char path[700];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    ck_assert_msg(strstr(em_last_error(), path), "\"%s\" does not name %s", em_last_error(), path);
+}
+#define REFUSE(name, from, to, msg) \
+    expect_error_in(edited(name, from, to, NULL), "tokenizer.json", EM_ERR_UNSUPPORTED, msg)
+#define BAD(name, from, to, msg) expect_error_in(edited(name, from, to, NULL), "tokenizer.json", EM_ERR_FORMAT, msg)
+
+START_TEST(refuse_other_tokenizers)
+{
+    char want[700];
+    const char *dir = fixture("tokenizer-json/bpe");
+    snprintf(want, sizeof want, "%s/tokenizer.json: model type BPE is not supported (ember reads WordPiece tokenizers only)",
+             dir);
+    expect_error(dir, EM_ERR_UNSUPPORTED, want);
+    dir = fixture("tokenizer-json/bytelevel");
+    snprintf(want, sizeof want, "%s/tokenizer.json: pre_tokenizer type ByteLevel is not supported", dir);
+    expect_error(dir, EM_ERR_UNSUPPORTED, want);
+
+    REFUSE("unigram", "\"type\": \"WordPiece\",\n    \"unk_token\"", "\"type\": \"Unigram\",\n    \"unk_token\"",
+           "model type Unigram is not supported");
+    REFUSE("wordlevel", "\"type\": \"WordPiece\",\n    \"unk_token\"", "\"type\": \"WordLevel\",\n    \"unk_token\"",
+           "model type WordLevel is not supported");
+    REFUSE("nfkc", "\"type\": \"BertNormalizer\"", "\"type\": \"NFKC\"", "normalizer type NFKC is not supported");
+    REFUSE("seqnorm", "\"type\": \"BertNormalizer\"",
+           "\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"NFD\"}, {\"type\": \"Replace\"}]",
+           "normalizer.normalizers[1] type Replace is not supported");
+    REFUSE("nfd_only", "\"type\": \"BertNormalizer\"", "\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"NFD\"}]",
+           "NFD without StripAccents");
+    REFUSE("strip_first", "\"type\": \"BertNormalizer\"",
+           "\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"StripAccents\"}, {\"type\": \"NFD\"}]",
+           "normalizer.normalizers[0]: StripAccents without NFD");
+    REFUSE("whitespace", "\"type\": \"BertPreTokenizer\"", "\"type\": \"Whitespace\"",
+           "pre_tokenizer type Whitespace is not supported");
+    REFUSE("ws_only", "\"type\": \"BertPreTokenizer\"", "\"type\": \"WhitespaceSplit\"",
+           "pre_tokenizer: a split at whitespace only is not BERT's");
+    REFUSE("punct_removed", "\"type\": \"BertPreTokenizer\"",
+           "\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"WhitespaceSplit\"}, "
+           "{\"type\": \"Punctuation\", \"behavior\": \"Removed\"}]",
+           "pre_tokenizer.pretokenizers[1].behavior Removed is not supported");
+    REFUSE("metaspace", "\"type\": \"BertPreTokenizer\"", "\"type\": \"Metaspace\"",
+           "pre_tokenizer type Metaspace is not supported");
+    REFUSE("no_pre", "\"pre_tokenizer\": {\n    \"type\": \"BertPreTokenizer\"\n  }", "\"pre_tokenizer\": null",
+           "pre_tokenizer is null");
+    REFUSE("bytelevel_dec", "\"type\": \"WordPiece\",\n    \"prefix\"", "\"type\": \"ByteLevel\",\n    \"prefix\"",
+           "decoder type ByteLevel is not supported");
+    REFUSE("prefix", "\"continuing_subword_prefix\": \"##\"", "\"continuing_subword_prefix\": \"@@\"",
+           "model.continuing_subword_prefix \"@@\" is not supported");
+    REFUSE("roberta", "\"type\": \"TemplateProcessing\"", "\"type\": \"RobertaProcessing\"",
+           "post_processor type RobertaProcessing is not supported");
+    REFUSE("template", "\"id\": \"B\",\n          \"type_id\": 1", "\"id\": \"B\",\n          \"type_id\": 0",
+           "this TemplateProcessing is not BERT's");
+    REFUSE("no_post", "\"type\": \"TemplateProcessing\"", "\"type\": \"X\"", "post_processor type X");
+    REFUSE("lstrip", "\"lstrip\": false", "\"lstrip\": true", "added_tokens[0].lstrip is true for \"[PAD]\"");
+}
+END_TEST
+
+START_TEST(malformed_files)
+{
+    /* a missing folder, or one with neither file */
+    char want[700];
+    const char *dir = scratch("empty");
+    snprintf(want, sizeof want, "neither %s/tokenizer.json nor %s/vocab.txt exists", dir, dir);
+    expect_error(dir, EM_ERR_NOT_FOUND, want);
+    expect_error("/nonexistent/ember-tok", EM_ERR_NOT_FOUND, "/nonexistent/ember-tok/vocab.txt");
+
+    /* malformed JSON names the line and column */
+    BAD("truncated", "\"normalizer\": {", "\"normalizer\": {{", "tokenizer.json: malformed JSON at line 52, column");
+    BAD("trailing", "\"version\": \"1.0\",", "\"version\": \"1.0\",,", "malformed JSON at line 2");
+    dir = scratch("array");
+    char path[700];
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    spit(path, "[1, 2]");
+    expect_error_in(dir, "tokenizer.json", EM_ERR_FORMAT, "expected a JSON object at the top level, not an array");
+    spit(path, "");
+    expect_error_in(dir, "tokenizer.json", EM_ERR_FORMAT, "malformed JSON at line 1, column 1");
+    spit(path, "{} x");
+    expect_error_in(dir, "tokenizer.json", EM_ERR_FORMAT, "data after the object");
+    spit(path, "{}");
+    expect_error_in(dir, "tokenizer.json", EM_ERR_FORMAT, "model must be an object, not missing");
+
+    /* wrong field types */
+    BAD("lower_str", "\"lowercase\": true", "\"lowercase\": \"yes\"",
+        "normalizer.lowercase must be true or false, not a string");
+    BAD("norm_num", "\"normalizer\": {", "\"normalizer\": 5, \"x\": {", "normalizer must be an object, not a number");
+    BAD("type_num", "\"type\": \"BertPreTokenizer\"", "\"type\": 7", "pre_tokenizer.type must be a string, not a number");
+    BAD("vocab_arr", "\"vocab\": {", "\"vocab\": [], \"x\": {", "model.vocab must be an object (token: id), not an array");
+    BAD("id_str", "\"[PAD]\": 0,", "\"[PAD]\": \"0\",", "model.vocab[\"[PAD]\"] must be an integer id, not a string");
+    BAD("maxchars", "\"max_input_chars_per_word\": 100", "\"max_input_chars_per_word\": -1",
+        "model.max_input_chars_per_word is -1, outside 0..");
+    BAD("trunc", "\"truncation\": null", "\"truncation\": {\"max_length\": \"x\"}",
+        "truncation.max_length must be an integer, not a string");
+    BAD("pad", "\"padding\": null", "\"padding\": {\"strategy\": \"Sometimes\"}", "padding.strategy must be");
+    BAD("added_id", "\"id\": 0,\n      \"content\": \"[PAD]\"", "\"id\": \"zero\",\n      \"content\": \"[PAD]\"",
+        "added_tokens[0].id must be an integer, not a string");
+    BAD("template_ids", "\"ids\": [\n          3\n        ]", "\"ids\": [\n          \"3\"\n        ]",
+        "post_processor.special_tokens[\"[CLS]\"].ids[0] must be an integer, not a string");
+
+    /* ids: duplicates, gaps, negative, huge, fractional */
+    BAD("dup_id", "\"[PAD]\": 0,", "\"[PAD]\": 1,", "model.vocab: tokens \"[PAD]\" and \"[unused0]\" both have id 1");
+    BAD("gap", "\"[PAD]\": 0,", "\"[PAD]\": 403,", "model.vocab[\"[PAD]\"] is 403, outside 0..402");
+    BAD("neg", "\"[PAD]\": 0,", "\"[PAD]\": -1,", "model.vocab[\"[PAD]\"] is -1, outside 0..402");
+    BAD("huge", "\"[PAD]\": 0,", "\"[PAD]\": 1e300,", "model.vocab[\"[PAD]\"] is 1.0000000000000001e+300, outside");
+    BAD("inf", "\"[PAD]\": 0,", "\"[PAD]\": 1e999,", "model.vocab[\"[PAD]\"] must be an integer id");
+    BAD("frac", "\"[PAD]\": 0,", "\"[PAD]\": 0.5,", "model.vocab[\"[PAD]\"] must be an integer id, not 0.5");
+    BAD("dup_token", "\"[PAD]\": 0,", "\"[MASK]\": 0,", "model.vocab: duplicate token \"[MASK]\" (ids 0 and 5)");
+
+    /* special and added tokens must agree with the vocabulary */
+    BAD("added_absent", "\"content\": \"[PAD]\"", "\"content\": \"[FOO]\"",
+        "added_tokens[0]: \"[FOO]\" (id 0) is not in model.vocab");
+    BAD("added_id2", "\"id\": 5,\n      \"content\": \"[MASK]\"", "\"id\": 7,\n      \"content\": \"[MASK]\"",
+        "added_tokens[4]: \"[MASK]\" has id 7, but 5 in model.vocab");
+    BAD("pp_id", "\"ids\": [\n          3\n        ]", "\"ids\": [\n          9\n        ]",
+        "post_processor: \"[CLS]\" has id 9 there, but 3 in model.vocab");
+    BAD("unk_absent", "\"unk_token\": \"[UNK]\"", "\"unk_token\": \"<unk>\"",
+        "model.vocab has no token \"<unk>\" (the unk_token set by model.unk_token)");
+    dir = edited("mask_absent", NULL, NULL, "{\"tokenizer_class\": \"BertTokenizer\", \"mask_token\": \"[NOPE]\"}");
+    snprintf(want, sizeof want, "model.vocab has no token \"[NOPE]\" (the mask_token set by %s/tokenizer_config.json)",
+             dir);
+    expect_error_in(dir, "tokenizer.json", EM_ERR_FORMAT, want);
+    dir = edited("mask_obj", NULL, NULL, "{\"mask_token\": {\"content\": \"[NOPE]\"}}");
+    expect_error(dir, EM_ERR_FORMAT, "has no token \"[NOPE]\" (the mask_token set by");
+
+    /* the config files: malformed, wrong types */
+    dir = edited("cfg_bad", NULL, NULL, "{\"do_lower_case\": tru}");
+    expect_error_in(dir, "tokenizer_config.json", EM_ERR_FORMAT, "malformed JSON at line 1, column 19");
+    dir = edited("cfg_type", NULL, NULL, "{\"do_lower_case\": \"false\"}");
+    expect_error_in(dir, "tokenizer_config.json", EM_ERR_FORMAT, "do_lower_case must be true or false, not a string");
+    dir = edited("cfg_tok", NULL, NULL, "{\"cls_token\": 5}");
+    expect_error_in(dir, "tokenizer_config.json", EM_ERR_FORMAT,
+                    "cls_token must be a string, an object with \"content\" or null, not a number");
+    dir = edited("cfg_mml", NULL, NULL, "{\"model_max_length\": -3}");
+    expect_error_in(dir, "tokenizer_config.json", EM_ERR_FORMAT, "model_max_length is -3");
+    dir = edited("map_bad", NULL, NULL, "{\"tokenizer_class\": \"BertTokenizer\"}");
+    snprintf(path, sizeof path, "%s/special_tokens_map.json", dir);
+    spit(path, "{\"unk_token\": [\"[UNK]\"]}");
+    expect_error_in(dir, "special_tokens_map.json", EM_ERR_FORMAT, "unk_token must be a string");
+    spit(path, "{\"unk_token\": null}");
+    expect_error(dir, EM_ERR_FORMAT, "no unk_token is set by");
+
+    /* vocab.txt folders keep em_tokenizer_load's messages */
+    dir = scratch("vocab_dup");
+    snprintf(path, sizeof path, "%s/vocab.txt", dir);
+    spit(path, "[PAD]\n[UNK]\n[CLS]\n[SEP]\nx\nx\n");
+    snprintf(want, sizeof want, "%s/vocab.txt:6: duplicate token \"x\" (first on line 5)", dir);
+    expect_error(dir, EM_ERR_FORMAT, want);
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    spit(path, "{\"pad_token\": \"[P]\"}");
+    snprintf(path, sizeof path, "%s/vocab.txt", dir);
+    spit(path, "[PAD]\n[UNK]\n[CLS]\n[SEP]\nx\n");
+    expect_error(dir, EM_ERR_FORMAT, "vocab.txt: the vocabulary has no [P] token (the pad_token set by");
+}
+END_TEST
+
+/* Sequences, NFC and a null normalizer load; the tokenizers library's rules apply. */
+START_TEST(pipelines)
+{
+    const char *dir = edited("null_norm", "\"normalizer\": {", "\"normalizer\": null, \"x\": {", NULL);
+    em_tokenizer *t = load_dir(dir, NULL);
+    em_tokenizer_info i = em_tokenizer_get_info(t);
+    ck_assert(!i.do_lower_case && !i.strip_accents && !i.clean_text && !i.tokenize_chinese_chars && !i.nfc);
+    em_tokenizer_free(t);
+    dir = edited("nfc", "\"type\": \"BertNormalizer\"",
+                 "\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"NFC\"}, {\"type\": \"Strip\"}, "
+                 "{\"type\": \"BertNormalizer\", \"lowercase\": false}]", NULL);
+    t = load_dir(dir, NULL);
+    i = em_tokenizer_get_info(t);
+    ck_assert(i.nfc && !i.do_lower_case && !i.strip_accents && i.clean_text);
+    em_tokenizer_free(t);
+    dir = edited("nested", "\"type\": \"BertPreTokenizer\"",
+                 "\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Punctuation\"}, {\"type\": \"Sequence\", "
+                 "\"pretokenizers\": [{\"type\": \"WhitespaceSplit\"}]}]", NULL);
+    t = load_dir(dir, NULL);
+    int rows, bad = compare_cases(t, fixture("tokenizer-json/bert_uncased.tsv"), &rows);
+    ck_assert_int_eq(bad, 0);
+    em_tokenizer_free(t);
+    REFUSE("nfc_late", "\"type\": \"BertNormalizer\"",
+           "\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"BertNormalizer\"}, {\"type\": \"NFC\"}]",
+           "NFC after a decomposition");
+}
+END_TEST
+
+/* ---- saving ---------------------------------------------------------------------------- */
+static const char *const FILES[] = { "vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json" };
+
+static void save(const em_tokenizer *t, const char *dir)
+{
+    em_status st = em_tokenizer_save_pretrained(t, dir);
+    ck_assert_msg(st == EM_OK, "save %s: %s", dir, em_last_error());
+    DIR *d = opendir(dir);   /* the four files and nothing else (no temporary left) */
+    int n = 0;
+    for (struct dirent *de; (de = readdir(d));) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+        bool known = false;
+        for (int i = 0; i < 4; i++) known |= !strcmp(de->d_name, FILES[i]);
+        ck_assert_msg(known, "%s: unexpected file %s", dir, de->d_name);
+        n++;
+    }
+    closedir(d);
+    ck_assert_int_eq(n, 4);
+}
+
+static void same_files(const char *a, const char *b)
+{
+    for (int i = 0; i < 4; i++) {
+        char pa[700], pb[700];
+        snprintf(pa, sizeof pa, "%s/%s", a, FILES[i]);
+        snprintf(pb, sizeof pb, "%s/%s", b, FILES[i]);
+        size_t na, nb;
+        char *x = slurp(pa, &na), *y = slurp(pb, &nb);
+        ck_assert_msg(na == nb && !memcmp(x, y, na), "%s and %s differ", pa, pb);
+        free(x);
+        free(y);
+    }
+}
+
+/* load src -> save d1 -> load d1 -> save d2: d1 and d2 byte-identical; d1 gives the ids of tsv. */
+static void resave(const char *src, const char *name, const char *tsv)
+{
+    char n1[64], n2[64];
+    snprintf(n1, sizeof n1, "%s-1", name);
+    snprintf(n2, sizeof n2, "%s-2", name);
+    const char *d1 = scratch(n1), *d2 = scratch(n2);
+    em_tokenizer *t = load_dir(src, NULL);
+    save(t, d1);
+    em_tokenizer_free(t);
+    t = load_dir(d1, NULL);
+    save(t, d2);
+    same_files(d1, d2);
+    if (tsv) {
+        int rows, bad = compare_cases(t, tsv, &rows);
+        ck_assert_msg(bad == 0, "%s saved and reloaded: %d of %d rows differ", name, bad, rows);
+    }
+    em_tokenizer_free(t);
+}
+
+START_TEST(resave_identical)
+{
+    resave(fixture("tokenizer-json/bert_uncased"), "ru", fixture("tokenizer-json/bert_uncased.tsv"));
+    resave(fixture("tokenizer-json/bert_cased"), "rc", fixture("tokenizer-json/bert_cased.tsv"));
+    resave(fixture("tokenizer-json/sequence"), "rs", fixture("tokenizer-json/sequence.tsv"));
+    resave(fixture("tokenizer-json/bert_config_cased"), "rg", fixture("tokenizer-json/bert_config_cased.tsv"));
+    resave(fixture("tokenizer-json/vocab_only"), "rv", NULL);   /* vocab.txt's Python rules are not kept */
+    /* truncation and padding are kept as loaded, and not applied */
+    const char *dir = edited("trunc_pad", "\"truncation\": null,\n  \"padding\": null",
+                             "\"truncation\": {\"direction\": \"Right\", \"max_length\": 6, \"strategy\": "
+                             "\"LongestFirst\", \"stride\": 0},\n  \"padding\": {\"strategy\": {\"Fixed\": 9}, "
+                             "\"direction\": \"Right\", \"pad_to_multiple_of\": 8, \"pad_id\": 0, \"pad_type_id\": 0, "
+                             "\"pad_token\": \"[PAD]\"}", NULL);
+    em_tokenizer *t = load_dir(dir, NULL);
+    em_tokenizer_info i = em_tokenizer_get_info(t);
+    ck_assert_int_eq(i.truncation_max_length, 6);
+    ck_assert_str_eq(i.truncation_strategy, "LongestFirst");
+    ck_assert_int_eq(i.pad_to, 9);
+    ck_assert_int_eq(i.pad_to_multiple_of, 8);
+    ck_assert(!i.pad_to_longest);
+    em_encoding e;
+    ck_assert(em_tokenizer_encode(t, "a b c d e f g h", NULL, &e) == EM_OK);
+    ck_assert_int_eq(e.len, 10);
+    em_encoding_free(&e);
+    em_tokenizer_free(t);
+    resave(dir, "rt", fixture("tokenizer-json/bert_uncased.tsv"));
+    char path[700];
+    t = load_dir(dir, NULL);
+    save(t, scratch("rt-x"));
+    snprintf(path, sizeof path, "%s/tokenizer.json", tmp_path("rt-x"));
+    em_tokenizer_free(t);
+    char *text = slurp(path, NULL);
+    ck_assert_ptr_nonnull(strstr(text, "\"Fixed\":\t9"));
+    ck_assert_ptr_nonnull(strstr(text, "\"max_length\":\t6"));
+    free(text);
+}
+END_TEST
+
+static em_tokenizer *bert_json(const char *name)
+{
+    em_tokenizer *v = NULL;
+    ck_assert(em_tokenizer_load(tu_shared_path("bert-base-uncased/vocab.txt"), NULL, &v) == EM_OK);
+    const char *dir = scratch(name);
+    save(v, dir);
+    em_tokenizer_free(v);
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    em_tokenizer *t = load_dir(dir, NULL);
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    fprintf(stderr, "note: loading the 30,522-token tokenizer.json took %.1f ms\n",
+            (double)(b.tv_sec - a.tv_sec) * 1e3 + (double)(b.tv_nsec - a.tv_nsec) / 1e6);
+    ck_assert_int_eq(em_tokenizer_vocab_size(t), 30522);
+    ck_assert(!em_tokenizer_get_info(t).python_semantics);
+    return t;
+}
+
+/* The golden files give the same ids through the saved tokenizer.json as through vocab.txt. */
+static void golden(const char *rel, int ncols, int text_col, int ids_col, int expect)
+{
+    em_tokenizer *t = bert_json("golden");
+    FILE *f = fopen(tu_shared_path(rel), "r");
+    ck_assert_msg(f, "cannot open %s", tu_shared_path(rel));
+    char *line = NULL;
+    size_t cap = 0;
+    ck_assert(getline(&line, &cap, f) > 0);
+    int rows = 0, bad = 0;
+    while (getline(&line, &cap, f) > 0) {
+        line[strcspn(line, "\n")] = 0;
+        char *col[8] = { line };
+        int k = 1;
+        for (char *p = line; *p && k < ncols; p++)
+            if (*p == '\t') { *p = 0; col[k++] = p + 1; }
+        ck_assert_int_eq(k, ncols);
+        int32_t *want;
+        int nw = parse_ints(col[ids_col], &want);
+        em_encoding e;
+        ck_assert(em_tokenizer_encode(t, col[text_col], NULL, &e) == EM_OK);
+        if ((e.len != nw || memcmp(e.ids, want, (size_t)nw * 4)) && ++bad <= 5)
+            fprintf(stderr, "%s row %d \"%s\"\n  want %s\n  got  %s\n", rel, rows, col[text_col], ids_str(want, nw),
+                    ids_str(e.ids, e.len));
+        free(want);
+        em_encoding_free(&e);
+        rows++;
+    }
+    free(line);
+    fclose(f);
+    em_tokenizer_free(t);
+    ck_assert_int_eq(rows, expect);
+    ck_assert_msg(bad == 0, "%s: %d of %d rows differ through the saved tokenizer.json", rel, bad, rows);
+}
+
+START_TEST(golden_squad) { golden("tokenizer-golden/squad_questions_bert_base_uncased.tsv", 4, 1, 3, 10570); }
+END_TEST
+START_TEST(golden_sst2) { golden("tokenizer-golden/sst2_bert_base_uncased.tsv", 5, 2, 4, 2310); }
+END_TEST
+
+/* ember's save of bert-base-uncased, read back: the ids transformers gave for that folder. */
+START_TEST(roundtrip)
+{
+    em_tokenizer *t = bert_json("roundtrip");
+    int rows, bad = compare_cases(t, fixture("tokenizer-json/roundtrip_ids.tsv"), &rows);
+    ck_assert_int_gt(rows, 200);
+    ck_assert_msg(bad == 0, "roundtrip_ids.tsv: %d of %d rows differ", bad, rows);
+    em_tokenizer_free(t);
+    /* and saving it again gives the same files */
+    t = load_dir(tmp_path("roundtrip"), NULL);
+    save(t, scratch("roundtrip-2"));
+    same_files(tmp_path("roundtrip"), tmp_path("roundtrip-2"));
+    em_tokenizer_free(t);
+}
+END_TEST
+
+START_TEST(save_errors)
+{
+    char path[700];
+    const char *dir = scratch("save_err");
+    snprintf(path, sizeof path, "%s/file", dir);
+    spit(path, "x");
+    em_tokenizer *t = load_dir(fixture("tokenizer-json/bert_uncased"), NULL);
+    char sub[800];
+    snprintf(sub, sizeof sub, "%s/below", path);
+    ck_assert_int_eq(em_tokenizer_save_pretrained(t, sub), EM_ERR_IO);
+    ck_assert_msg(strstr(em_last_error(), path), "%s", em_last_error());
+    ck_assert_int_eq(em_tokenizer_save_pretrained(t, path), EM_ERR_IO);
+    ck_assert_ptr_nonnull(strstr(em_last_error(), "not a directory"));
+    /* nested directories are made */
+    snprintf(sub, sizeof sub, "%s/a/b/c", dir);
+    save(t, sub);
+    em_tokenizer_free(t);
+    /* a vocabulary with a line break in a token cannot become vocab.txt */
+    const char *bad = edited("linebreak", "\"caf\": 379,", "\"c\\naf\": 379,", NULL);
+    t = load_dir(bad, NULL);
+    ck_assert_int_eq(em_tokenizer_save_pretrained(t, scratch("linebreak-out")), EM_ERR_FORMAT);
+    ck_assert_msg(strstr(em_last_error(), "vocab.txt: token 379 holds a line break"), "%s", em_last_error());
+    em_tokenizer_free(t);
+}
+END_TEST
+
+/* ---- robustness ---------------------------------------------------------------------------- */
+START_TEST(alloc_failures)
+{
+    const char *out = scratch("oom-out");
+    int failures = 0;
+    for (int64_t k = 1;; k++) {
+        em_tokenizer *t = NULL;
+        em_alloc_fail_after(k, false);
+        em_status st = em_tokenizer_from_pretrained(fixture("tokenizer-json/bert_config_cased"), NULL, &t);
+        if (st == EM_OK) st = em_tokenizer_save_pretrained(t, out);
+        em_alloc_fail_after(0, false);
+        em_tokenizer_free(t);
+        if (st == EM_OK) break;
+        ck_assert_msg(st == EM_ERR_OOM, "k=%lld: %s", (long long)k, em_last_error());
+        failures++;
+        ck_assert_int_lt(k, 100000);
+    }
+    ck_assert_int_gt(failures, 50);
+}
+END_TEST
+
+/* Random edits of a real tokenizer.json never crash the reader (run it under ASan). */
+START_TEST(mutations)
+{
+    size_t n;
+    char *src = slurp(fixture("tokenizer-json/sequence/tokenizer.json"), &n);
+    const char *dir = scratch("mutations");
+    char path[700];
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    static const char *const inserts[] = { "null", "[]", "{}", "-1", "1e400", "\"\"", "\"x\"", "true", "0.5",
+                                           "{\"type\": \"Sequence\"}", "99999999999" };
+    uint64_t s = 42;
+    int ok = 0;
+    char *buf = malloc(n + 64);
+    for (int iter = 0; iter < 400; iter++) {
+        memcpy(buf, src, n + 1);
+        size_t m = n;
+        int edits = 1 + (int)(tu_next(&s) % 3);
+        for (int e = 0; e < edits; e++) {
+            size_t at = tu_next(&s) % m;
+            switch (tu_next(&s) % 4) {
+            case 0: buf[at] = (char)(tu_next(&s) & 0xff); break;                      /* a random byte */
+            case 1: m = at; buf[m] = 0; break;                                         /* truncate */
+            case 2: memmove(buf + at, buf + at + 1, m - at); m--; break;              /* delete a byte */
+            default: {                                                                  /* a value after a colon */
+                char *c = strchr(buf + at, ':');
+                if (!c) break;
+                const char *ins = inserts[tu_next(&s) % (sizeof inserts / sizeof *inserts)];
+                size_t k = strlen(ins), pos = (size_t)(c - buf) + 1;
+                char *end = buf + pos;
+                while (*end && *end != ',' && *end != '\n') end++;
+                size_t tail = m - (size_t)(end - buf);
+                if (pos + k + tail + 1 > n + 63) break;
+                memmove(buf + pos + k, end, tail + 1);
+                memcpy(buf + pos, ins, k);
+                m = pos + k + tail;
+            }
+            }
+        }
+        FILE *f = fopen(path, "wb");
+        fwrite(buf, 1, m, f);
+        fclose(f);
+        em_tokenizer *t = NULL;
+        em_status st = em_tokenizer_from_pretrained(dir, NULL, &t);
+        if (st == EM_OK) {
+            ok++;
+            em_encoding e;
+            if (em_tokenizer_encode_pair(t, "Caf\303\251 \344\270\255 x", "y [SEP] \316\243", NULL, &e) == EM_OK)
+                em_encoding_free(&e);
+            em_tokenizer_free(t);
+        } else {
+            ck_assert_ptr_null(t);
+            ck_assert(strlen(em_last_error()) > 0);
+        }
+    }
+    fprintf(stderr, "note: %d of 400 mutated tokenizer.json files still loaded\n", ok);
+    free(buf);
+    free(src);
+}
+END_TEST
+
+START_TEST(misuse_null_dir)
+{
+    tu_expect_misuse("em_tokenizer_from_pretrained");
+    em_tokenizer *t;
+    em_tokenizer_from_pretrained(NULL, NULL, &t);
+}
+END_TEST
+
+START_TEST(misuse_save_null)
+{
+    tu_expect_misuse("em_tokenizer_save_pretrained");
+    em_tokenizer_save_pretrained(NULL, "/tmp");
+}
+END_TEST
+
+static Suite *make_suite(void)
+{
+    Suite *s = suite_create("tokenizer_json");
+    TCase *tc = tcase_create("hf");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, hf_bert_uncased);
+    tcase_add_test(tc, hf_bert_cased);
+    tcase_add_test(tc, hf_sequence);
+    tcase_add_test(tc, hf_config_wins);
+    tcase_add_test(tc, hf_vocab_only);
+    tcase_add_test(tc, opts_win);
+    tcase_add_test(tc, info);
+    tcase_add_test(tc, pipelines);
+    tcase_add_test(tc, refuse_other_tokenizers);
+    tcase_add_test(tc, malformed_files);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("save");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, resave_identical);
+    tcase_add_test(tc, golden_squad);
+    tcase_add_test(tc, golden_sst2);
+    tcase_add_test(tc, roundtrip);
+    tcase_add_test(tc, save_errors);
+    tcase_add_test(tc, alloc_failures);
+    tcase_add_test(tc, mutations);
+    tu_add_misuse_test(tc, misuse_null_dir);
+    tu_add_misuse_test(tc, misuse_save_null);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+/* Removes dir and everything below it. */
+static void remove_tree(const char *dir)
+{
+    DIR *d = opendir(dir);
+    for (struct dirent *de; d && (de = readdir(d));) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+        char p[1024];
+        snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
+        struct stat sb;
+        if (lstat(p, &sb) == 0 && S_ISDIR(sb.st_mode)) remove_tree(p);
+        else unlink(p);
+    }
+    if (d) closedir(d);
+    rmdir(dir);
+}
+
+int main(void)
+{
+    const char *root = getenv("TMPDIR");
+    snprintf(tmpdir, sizeof tmpdir, "%s/ember-tokjson-XXXXXX", root && *root ? root : "/tmp");
+    if (!mkdtemp(tmpdir)) { perror(tmpdir); return 1; }
+    int rc = tu_run_suite(make_suite());
+    remove_tree(tmpdir);
+    return rc;
+}
