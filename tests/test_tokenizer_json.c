@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -780,6 +781,53 @@ START_TEST(mutations)
 }
 END_TEST
 
+/* ---- the ember tokenize command: --tokenizer DIR, --save DIR ------------------------------- */
+static char cli[1024];
+
+static char *run_cli(const char *args, const char *input, int *status)
+{
+    char cmd[4096], in[700];
+    snprintf(in, sizeof in, "%s/cli-input.txt", tmpdir);
+    spit(in, input);
+    snprintf(cmd, sizeof cmd, "'%s' tokenize %s < '%s' 2>&1", cli, args, in);
+    FILE *f = popen(cmd, "r");
+    ck_assert_ptr_nonnull(f);
+    static char out[8192];
+    size_t n = fread(out, 1, sizeof out - 1, f);
+    out[n] = 0;
+    *status = pclose(f);
+    return out;
+}
+
+START_TEST(cli_tokenizer_dir)
+{
+    ck_assert_msg(access(cli, X_OK) == 0, "no ember binary at %s", cli);
+    char args[2048];
+    int st;
+    snprintf(args, sizeof args, "--tokenizer '%s'", fixture("tokenizer-json/bert_uncased"));
+    char *out = run_cli(args, "Hello, World!\ndon't stop!!\n", &st);
+    ck_assert_int_eq(st, 0);
+    ck_assert_str_eq(out, "3 374 17 331 6 4\n3 392 12 89 88 167 162 163 6 6 4\n");
+    const char *dir = scratch("cli-save");
+    snprintf(args, sizeof args, "--vocab '%s' --save '%s'", tu_shared_path("bert-base-uncased/vocab.txt"), dir);
+    out = run_cli(args, "", &st);
+    ck_assert_msg(st == 0, "%s", out);
+    ck_assert_str_eq(out, "");
+    snprintf(args, sizeof args, "--tokenizer '%s'", dir);
+    out = run_cli(args, "hide new secretions from the parental units \n", &st);
+    ck_assert_int_eq(st, 0);
+    ck_assert_str_eq(out, "101 5342 2047 3595 8496 2013 1996 18643 3197 102\n");
+    snprintf(args, sizeof args, "--tokenizer '%s' --vocab x", dir);
+    out = run_cli(args, "", &st);
+    ck_assert_int_eq(WEXITSTATUS(st), 2);
+    ck_assert_ptr_nonnull(strstr(out, "exclude each other"));
+    snprintf(args, sizeof args, "--tokenizer '%s'", fixture("tokenizer-json/bpe"));
+    out = run_cli(args, "x\n", &st);
+    ck_assert_int_eq(WEXITSTATUS(st), 1);
+    ck_assert_ptr_nonnull(strstr(out, "model type BPE is not supported"));
+}
+END_TEST
+
 START_TEST(misuse_null_dir)
 {
     tu_expect_misuse("em_tokenizer_from_pretrained");
@@ -820,6 +868,7 @@ static Suite *make_suite(void)
     tcase_add_test(tc, save_errors);
     tcase_add_test(tc, alloc_failures);
     tcase_add_test(tc, mutations);
+    tcase_add_test(tc, cli_tokenizer_dir);
     tu_add_misuse_test(tc, misuse_null_dir);
     tu_add_misuse_test(tc, misuse_save_null);
     suite_add_tcase(s, tc);
@@ -842,8 +891,18 @@ static void remove_tree(const char *dir)
     rmdir(dir);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    /* The ember binary: $EMBER_CLI, else ../cli/ember beside this test's build dir. */
+    const char *env = getenv("EMBER_CLI");
+    if (env && *env) {
+        snprintf(cli, sizeof cli, "%s", env);
+    } else {
+        const char *slash = strrchr(argv[0], '/');
+        int dir = slash ? (int)(slash - argv[0]) : 1;
+        snprintf(cli, sizeof cli, "%.*s/../cli/ember", dir, slash ? argv[0] : ".");
+    }
+    (void)argc;
     const char *root = getenv("TMPDIR");
     snprintf(tmpdir, sizeof tmpdir, "%s/ember-tokjson-XXXXXX", root && *root ? root : "/tmp");
     if (!mkdtemp(tmpdir)) { perror(tmpdir); return 1; }
