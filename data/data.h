@@ -61,7 +61,7 @@ typedef struct em_tokenizer em_tokenizer;
 /** Tri-state switch for options whose default is not "off". */
 typedef enum em_tok_flag { EM_TOK_DEFAULT = 0, EM_TOK_ON, EM_TOK_OFF } em_tok_flag;
 
-/** Options of em_tokenizer_load; zeroed (or a NULL pointer) means BertTokenizer's defaults. */
+/** Options of em_tokenizer_load and em_tokenizer_from_pretrained; zeroed (or a NULL pointer) means BertTokenizer's defaults (from_pretrained: what the files say). */
 typedef struct em_tokenizer_opts {
     em_tok_flag do_lower_case;           /**< default ON (uncased models)                    */
     em_tok_flag strip_accents;           /**< default: the value of do_lower_case, as in HF  */
@@ -85,7 +85,7 @@ typedef struct em_tokenizer_opts {
 em_status em_tokenizer_load(const char *vocab_path, const em_tokenizer_opts *opts, em_tokenizer **out);
 void em_tokenizer_free(em_tokenizer *tok);   /**< NULL is ok */
 
-int32_t em_tokenizer_vocab_size(const em_tokenizer *tok);   /**< lines in vocab.txt */
+int32_t em_tokenizer_vocab_size(const em_tokenizer *tok);   /**< tokens: lines of vocab.txt, entries of model.vocab */
 /** The id of a vocabulary token, or -1. Exact match, no normalization. */
 int32_t em_tokenizer_token_to_id(const em_tokenizer *tok, const char *token);
 /** The token of an id (owned by the tokenizer), or NULL when out of range. */
