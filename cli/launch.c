@@ -26,7 +26,8 @@ static const char USAGE[] =
     "  --cpu                               run on the CPU (EMBER_USE_CPU=true)\n"
     "  --num_cpu_threads_per_process N     exported as EM_NUM_THREADS and OMP_NUM_THREADS\n"
     "  --dry_run                           print the command instead of running it\n"
-    "  --quiet                             do not print the resolved settings\n";
+    "  --quiet                             do not print the resolved settings\n"
+    "(every option may also be spelled with dashes: --num-processes)\n";
 
 static bool in_container(void)
 {
@@ -49,7 +50,13 @@ int ember_cmd_launch(int argc, char **argv)
         {"hostfile", required_argument, 0, 'H'}, {"mpirun_hostfile", required_argument, 0, 'H'},
         {"mixed_precision", required_argument, 0, 'p'}, {"gradient_accumulation_steps", required_argument, 0, 'g'},
         {"cpu", no_argument, 0, 'c'}, {"num_cpu_threads_per_process", required_argument, 0, 't'},
-        {"dry_run", no_argument, 0, 'd'}, {"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
+        {"dry_run", no_argument, 0, 'd'}, {"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'},
+        /* the dashed spellings, which Accelerate accepts too */
+        {"config-file", required_argument, 0, 'f'}, {"num-processes", required_argument, 0, 'n'},
+        {"num-machines", required_argument, 0, 'm'}, {"machine-rank", required_argument, 0, 'r'},
+        {"mpirun-hostfile", required_argument, 0, 'H'}, {"mixed-precision", required_argument, 0, 'p'},
+        {"gradient-accumulation-steps", required_argument, 0, 'g'},
+        {"num-cpu-threads-per-process", required_argument, 0, 't'}, {"dry-run", no_argument, 0, 'd'}, {0, 0, 0, 0},
     };
     launch_config c;
     launch_config_init(&c);

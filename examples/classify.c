@@ -1,52 +1,49 @@
-/* examples/classify.c — run a sequence classifier on sentences from stdin.
+/* examples/classify.c — run a fine-tuned sequence classifier on sentences from stdin.
  *
- *   ./build/examples/classify --model-dir DIR < sentences.txt
+ *   ./build/examples/classify --model_dir DIR [--batch_size 32] [--max_length N] [--allow_new_head] < sentences.txt
  *
- * DIR is a checkpoint folder as seqcls --output-dir writes it, or as Hugging
- * Face's save_pretrained does: config.json, model.safetensors and vocab.txt
- * (tokenizer_config.json's do_lower_case is honoured when present). For each
- * line of stdin (one sentence; a tab-separated pair is read as text and
- * text_pair) it prints one line: the logits ("%.6g", space-separated), then
- * the predicted label (config.json's id2label name, else LABEL_<i>). The
- * same checkpoint in transformers gives the same logits to about 1e-5, which
- * is how to compare the two.
+ * DIR is a folder as seqcls --output_dir writes it, or as transformers'
+ * save_pretrained does: config.json, model.safetensors, and tokenizer.json or
+ * vocab.txt (with tokenizer_config.json). For each line of stdin (one
+ * sentence; a tab-separated pair is read as text and text_pair) it prints one
+ * line: the logits ("%.6g", space-separated), then the predicted label's name
+ * from config.json's id2label. The same folder in transformers gives the same
+ * logits to about 1e-5 (tools/compare-classify.py checks it).
  *
- * Exit status: 0; 1 when a line could not be classified (reported on stderr,
- * the other lines still printed); 2 for bad arguments or a bad folder.
- */
+ * Strict by default: a folder whose classification head is not in the
+ * checkpoint (a base model such as all-MiniLM-L6-v2, never fine-tuned) is
+ * refused, since its labels would come from random weights; --allow_new_head
+ * runs it anyway. Any other missing tensor is always an error. Lines are run
+ * --batch_size at a time, padded to the longest of the batch, and truncated
+ * at the tokenizer's model_max_length (at most the model's positions).
+ *
+ * Exit status: 0; 1 when a line could not be classified (reported on stderr
+ * with its line number, the other lines still printed) or gave non-finite
+ * logits; 2 for bad arguments or a bad folder. */
 #include "ember.h"
 
-#include <cjson/cJSON.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static em_tok_flag lower_case_of(const char *dir)
+static void usage(FILE *f)
 {
-    char path[1024];
-    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
-    FILE *f = fopen(path, "rb");
-    if (!f) return EM_TOK_DEFAULT;
-    char buf[1 << 16];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    cJSON *j = cJSON_Parse(buf);
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, "do_lower_case");
-    em_tok_flag r = cJSON_IsBool(v) ? (cJSON_IsTrue(v) ? EM_TOK_ON : EM_TOK_OFF) : EM_TOK_DEFAULT;
-    cJSON_Delete(j);
-    return r;
+    fprintf(f, "usage: classify --model_dir DIR [--batch_size N (32)] [--max_length N] [--allow_new_head] < sentences.txt\n"
+               "       (dashes or underscores; --model-dir and --model_name_or_path are the same option)\n");
 }
 
-/* The label names and the longest input of the two classifier kinds. */
-static const char *label_name(const em_module *m, int i, char *buf, size_t cap)
+static bool is_head(const char *name)
 {
-    char **names = NULL;
-    if (!strcmp(m->type, "DistilBertForSequenceClassification")) names = ((const em_distilbert_seqcls *)m)->id2label;
-    else if (!strcmp(m->type, "BertForSequenceClassification")) names = ((const em_bert_seqcls *)m)->id2label;
-    if (names) return names[i];
-    snprintf(buf, cap, "LABEL_%d", i);
-    return buf;
+    return !strncmp(name, "classifier.", 11) || !strncmp(name, "pre_classifier.", 15) ||
+           !strncmp(name, "bert.pooler.", 12);
+}
+
+static char **id2label(const em_module *m)
+{
+    if (!strcmp(m->type, "DistilBertForSequenceClassification")) return ((const em_distilbert_seqcls *)m)->id2label;
+    if (!strcmp(m->type, "BertForSequenceClassification")) return ((const em_bert_seqcls *)m)->id2label;
+    return NULL;
 }
 
 static int max_positions(const em_module *m)
@@ -58,79 +55,194 @@ static int max_positions(const em_module *m)
     return 512;
 }
 
+static int64_t vocab_rows(const em_module *m)
+{
+    if (!strcmp(m->type, "DistilBertForSequenceClassification"))
+        return ((const em_distilbert_seqcls *)m)->config.vocab_size;
+    if (!strcmp(m->type, "BertForSequenceClassification")) return ((const em_bert_seqcls *)m)->config.vocab_size;
+    return 0;
+}
+
+/* Loads the model strictly; NULL after printing why. */
+static em_module *load(const char *dir, bool allow_new_head)
+{
+    em_module *model;
+    em_load_report r;
+    if (em_seqcls_from_pretrained(dir, NULL, &model, &r) != EM_OK) {
+        fprintf(stderr, "classify: %s\n", em_last_error());
+        return NULL;
+    }
+    int head = 0, other = 0;
+    for (int i = 0; i < r.n_missing; i++) is_head(r.missing[i]) ? head++ : other++;
+    if (other) {
+        fprintf(stderr, "classify: %s: the checkpoint lacks %d tensor(s) of the model:", dir, other);
+        for (int i = 0; i < r.n_missing; i++)
+            if (!is_head(r.missing[i])) fprintf(stderr, " %s", r.missing[i]);
+        fprintf(stderr, "\n");
+    } else if (head && !allow_new_head) {
+        fprintf(stderr,
+                "classify: %s has no trained classification head (", dir);
+        for (int i = 0, k = 0; i < r.n_missing; i++)
+            if (is_head(r.missing[i])) fprintf(stderr, "%s%s", k++ ? ", " : "", r.missing[i]);
+        fprintf(stderr, " not in the checkpoint): its labels would come from random weights. Fine-tune it first "
+                        "(seqcls --model_name_or_path %s --output_dir OUT), or pass --allow_new_head\n", dir);
+    } else if (head) {
+        fprintf(stderr, "classify: warning: %d head tensor(s) of %s are random (--allow_new_head)\n", head, dir);
+    }
+    em_load_report_free(&r);
+    if (other || (head && !allow_new_head)) {
+        em_module_free(model);
+        return NULL;
+    }
+    return model;
+}
+
+typedef struct line { char *text, *pair; int64_t lineno; } line;
+
+/* Classifies n lines; returns false if one failed (reported). */
+static bool run_batch(em_module *model, const em_tokenizer *tok, line *l, int n, int max_len)
+{
+    const char **texts = calloc((size_t)n, sizeof *texts), **pairs = calloc((size_t)n, sizeof *pairs);
+    bool any_pair = false, ok = true;
+    for (int i = 0; i < n; i++) texts[i] = l[i].text, pairs[i] = l[i].pair ? l[i].pair : "", any_pair |= l[i].pair != NULL;
+    em_encoding *enc = calloc((size_t)n, sizeof *enc);
+    bool *good = calloc((size_t)n, sizeof *good);
+    em_encode_opts eo = { .max_length = max_len };
+    int n_good = 0, width = 0;
+    if (em_tokenizer_encode_batch(tok, n, texts, any_pair ? pairs : NULL, &eo, enc) == EM_OK) {
+        for (int i = 0; i < n; i++) good[i] = true;
+    } else {   /* one bad line: encode one by one, to name each failing line */
+        for (int i = 0; i < n; i++) {
+            em_status st = l[i].pair ? em_tokenizer_encode_pair(tok, l[i].text, l[i].pair, &eo, &enc[i])
+                                     : em_tokenizer_encode(tok, l[i].text, &eo, &enc[i]);
+            good[i] = st == EM_OK;
+            if (!good[i]) fprintf(stderr, "classify: stdin:%lld: %s\n", (long long)l[i].lineno, em_last_error()), ok = false;
+        }
+    }
+    for (int i = 0; i < n; i++)
+        if (good[i]) n_good++, width = enc[i].len > width ? enc[i].len : width;
+    if (n_good) EM_SCOPE EM_NO_GRAD {
+        int64_t *ids = calloc((size_t)n_good * (size_t)width, sizeof *ids);
+        int64_t *types = calloc((size_t)n_good * (size_t)width, sizeof *types);
+        int64_t *mask = calloc((size_t)n_good * (size_t)width, sizeof *mask);
+        int32_t pad = em_tokenizer_special_ids(tok).pad;
+        for (int i = 0, r = 0; i < n; i++) {
+            if (!good[i]) continue;
+            for (int t = 0; t < width; t++) {
+                bool in = t < enc[i].len;
+                ids[r * width + t] = in ? enc[i].ids[t] : (pad >= 0 ? pad : 0);
+                types[r * width + t] = in ? enc[i].type_ids[t] : 0;
+                mask[r * width + t] = in;
+            }
+            r++;
+        }
+        int64_t shape[2] = { n_good, width };
+        em_tensor *input_ids = em_from_data(ids, 2, shape, EM_I64), *token_types = em_from_data(types, 2, shape, EM_I64);
+        em_tensor *attention = em_from_data(mask, 2, shape, EM_I64);
+        free(ids), free(types), free(mask);
+        em_seqcls_output out = em_seqcls_forward(model, &(em_seqcls_inputs){
+            .input_ids = input_ids, .attention_mask = attention, .token_type_ids = token_types });
+        if (!out.logits) {
+            fprintf(stderr, "classify: stdin:%lld-%lld: %s\n", (long long)l[0].lineno, (long long)l[n - 1].lineno,
+                    em_last_error());
+            ok = false;
+        } else {
+            em_tensor *logits = em_to_dtype(out.logits, EM_F32);
+            char **names = id2label(model);
+            int64_t C = logits->shape[1];
+            for (int i = 0, r = 0; i < n; i++) {
+                if (!good[i]) continue;
+                int best = 0;
+                bool finite = true;
+                for (int64_t c = 0; c < C; c++) {
+                    double v = em_get(logits, (int64_t[]){ r, c });
+                    finite &= isfinite(v) != 0;
+                    printf("%s%.6g", c ? " " : "", v);
+                    if (v > em_get(logits, (int64_t[]){ r, best })) best = (int)c;
+                }
+                if (names) printf(" %s\n", names[best]);
+                else printf(" LABEL_%d\n", best);
+                if (!finite) {
+                    fprintf(stderr, "classify: stdin:%lld: the logits are not finite: the checkpoint holds NaN or "
+                                    "infinite weights\n", (long long)l[i].lineno);
+                    ok = false;
+                }
+                r++;
+            }
+        }
+    }
+    for (int i = 0; i < n; i++) em_encoding_free(&enc[i]);
+    free(enc), free(good), free(texts), free(pairs);
+    fflush(stdout);
+    return ok;
+}
+
 int main(int argc, char **argv)
 {
     const char *dir = NULL;
+    int batch = 32, max_len = 0;
+    bool allow_new_head = false;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--model-dir") && i + 1 < argc) {
-            dir = argv[++i];
-        } else {
-            fprintf(stderr, "usage: classify --model-dir DIR < sentences.txt\n");
+        char key[64];
+        snprintf(key, sizeof key, "%s", argv[i]);
+        for (char *c = key + 2; *c; c++)
+            if (*c == '-') *c = '_';
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        char *e = NULL;
+        if ((!strcmp(key, "--model_dir") || !strcmp(key, "--model_name_or_path")) && v) dir = argv[++i];
+        else if (!strcmp(key, "--batch_size") && v && (batch = (int)strtol(argv[++i], &e, 10)) > 0 && !*e) continue;
+        else if (!strcmp(key, "--max_length") && v && (max_len = (int)strtol(argv[++i], &e, 10)) > 2 && !*e) continue;
+        else if (!strcmp(key, "--allow_new_head")) allow_new_head = true;
+        else if (!strcmp(key, "-h") || !strcmp(key, "--help")) { usage(stdout); return 0; }
+        else {
+            fprintf(stderr, "classify: bad argument %s%s%s\n", argv[i], e ? " " : "", e ? argv[i] : "");
+            usage(stderr);
             return 2;
         }
     }
     if (!dir) {
-        fprintf(stderr, "usage: classify --model-dir DIR < sentences.txt\n");
+        usage(stderr);
         return 2;
     }
-    em_module *model;
-    if (em_seqcls_from_pretrained(dir, NULL, &model, NULL) != EM_OK) {
-        fprintf(stderr, "classify: %s\n", em_last_error());
-        return 2;
-    }
-    char vocab[1024];
-    snprintf(vocab, sizeof vocab, "%s/vocab.txt", dir);
+    em_module *model = load(dir, allow_new_head);
+    if (!model) return 2;
     em_tokenizer *tok;
-    if (em_tokenizer_load(vocab, &(em_tokenizer_opts){ .do_lower_case = lower_case_of(dir) }, &tok) != EM_OK) {
+    if (em_tokenizer_from_pretrained(dir, NULL, &tok) != EM_OK) {
         fprintf(stderr, "classify: %s\n", em_last_error());
         em_module_free(model);
         return 2;
     }
-    em_module_train(model, false);
-    int max_len = max_positions(model), status = 0;
-    char *line = NULL;
+    int limit = max_positions(model), tok_max = em_tokenizer_model_max_length(tok);
+    if (tok_max > 0 && tok_max < limit) limit = tok_max;
+    if (!max_len || max_len > limit) max_len = limit;
+    int64_t embed = vocab_rows(model);
+    if (embed > 0 && em_tokenizer_vocab_size(tok) > embed) {   /* an id past the embedding would abort mid-run */
+        fprintf(stderr, "classify: %s: the tokenizer has %d tokens but the model's embedding only %lld rows "
+                        "(config.json vocab_size): they do not belong together\n",
+                dir, em_tokenizer_vocab_size(tok), (long long)embed);
+        em_tokenizer_free(tok);
+        em_module_free(model);
+        return 2;
+    }
+    line *lines = calloc((size_t)batch, sizeof *lines);
+    int n = 0, status = 0;
+    char *buf = NULL;
     size_t cap = 0;
     ssize_t len;
-    for (int64_t lineno = 1; (len = getline(&line, &cap, stdin)) >= 0; lineno++) {
-        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
-        char *pair = strchr(line, '\t');
+    for (int64_t lineno = 1; (len = getline(&buf, &cap, stdin)) >= 0; lineno++) {
+        while (len > 0 && (buf[len - 1] == '\n' || buf[len - 1] == '\r')) buf[--len] = 0;
+        char *pair = strchr(buf, '\t');
         if (pair) *pair++ = 0;
-        em_encoding enc;
-        em_encode_opts eo = { .max_length = max_len };
-        em_status st = pair ? em_tokenizer_encode_pair(tok, line, pair, &eo, &enc) : em_tokenizer_encode(tok, line, &eo, &enc);
-        if (st != EM_OK) {
-            fprintf(stderr, "classify: stdin:%lld: %s\n", (long long)lineno, em_last_error());
-            status = 1;
-            continue;
+        lines[n] = (line){ strdup(buf), pair ? strdup(pair) : NULL, lineno };
+        if (++n == batch) {
+            if (!run_batch(model, tok, lines, n, max_len)) status = 1;
+            for (int i = 0; i < n; i++) free(lines[i].text), free(lines[i].pair);
+            n = 0;
         }
-        EM_SCOPE EM_NO_GRAD {
-            int64_t *ids = malloc(sizeof(int64_t) * (size_t)enc.len), *types = malloc(sizeof(int64_t) * (size_t)enc.len);
-            for (int i = 0; i < enc.len; i++) ids[i] = enc.ids[i], types[i] = enc.type_ids[i];
-            em_tensor *input_ids = em_from_data(ids, 2, (int64_t[]){1, enc.len}, EM_I64);
-            em_tensor *token_types = em_from_data(types, 2, (int64_t[]){1, enc.len}, EM_I64);
-            free(ids), free(types);
-            em_tensor *mask = em_ones(2, (int64_t[]){1, enc.len}, EM_I64, EM_CPU);
-            em_seqcls_output out = em_seqcls_forward(model, &(em_seqcls_inputs){
-                .input_ids = input_ids, .attention_mask = mask, .token_type_ids = token_types });
-            if (!out.logits) {
-                fprintf(stderr, "classify: stdin:%lld: %s\n", (long long)lineno, em_last_error());
-                status = 1;
-            } else {
-                em_tensor *logits = em_to_dtype(out.logits, EM_F32);
-                int64_t C = logits->shape[1];
-                int best = 0;
-                for (int64_t c = 0; c < C; c++) {
-                    double v = em_get(logits, (int64_t[]){0, c});
-                    printf("%s%.6g", c ? " " : "", v);
-                    if (v > em_get(logits, (int64_t[]){0, best})) best = (int)c;
-                }
-                char buf[32];
-                printf(" %s\n", label_name(model, best, buf, sizeof buf));
-            }
-        }
-        em_encoding_free(&enc);
     }
-    free(line);
+    if (n && !run_batch(model, tok, lines, n, max_len)) status = 1;
+    for (int i = 0; i < n; i++) free(lines[i].text), free(lines[i].pair);
+    free(lines), free(buf);
     em_tokenizer_free(tok);
     em_module_free(model);
     return status;

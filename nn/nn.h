@@ -477,7 +477,9 @@ int em_seqcls_num_labels(const em_module *m);
  * model.safetensors.index.json with its shards. Bad input (a missing file,
  * malformed JSON, a tensor of the wrong shape, an unknown model_type) returns
  * an em_status with em_last_error naming the file and the field or tensor;
- * *out is then NULL and nothing leaks. */
+ * *out is then NULL and nothing leaks.
+ * The loaded model is in EVAL mode (dropout off), as transformers'
+ * from_pretrained returns it: call em_module_train(m, true) before training. */
 /** Options of the from_pretrained loaders (NULL: all false/0). */
 typedef struct em_pretrained_opts {
     bool strict;                   /**< missing or unexpected keys are an error (EM_ERR_INVALID) */

@@ -600,6 +600,7 @@ static em_status from_pretrained(const char *dir, const em_pretrained_opts *opts
         em_load_report_free(&r);
         return s;
     }
+    em_module_train(m, false);   /* eval mode, as transformers' from_pretrained returns it */
     if (report) *report = r;
     *out = m;
     return EM_OK;

@@ -163,7 +163,9 @@ START_TEST(seqcls_logits_loss_and_every_gradient_match_hf)
     ck_assert_int_eq(m->config.num_labels, 3);
     ck_assert_str_eq(m->id2label[2], "positive");
     ck_assert_int_eq(m->config.problem_type, EM_PROBLEM_SINGLE_LABEL);   /* written by HF's first loss */
-    em_module_train(&m->base, false);
+    /* from_pretrained returns the model in eval mode (transformers does too): no call needed */
+    ck_assert(!em_module_is_training(&m->base));
+    ck_assert(!em_module_is_training(&m->distilbert->base));
     em_safetensors *g = golden_file("distilbert_tiny_golden.safetensors");
     int n_grads = 0;
     EM_SCOPE {
@@ -205,7 +207,7 @@ START_TEST(bert_seqcls_logits_loss_and_every_gradient_match_hf)
               EM_OK);
     ck_assert_int_eq(rep.n_missing + rep.n_unexpected + rep.n_mismatched, 0);
     ck_assert_int_eq(m->config.num_labels, 3);
-    em_module_train(&m->base, false);
+    ck_assert(!em_module_is_training(&m->base));   /* eval mode straight from from_pretrained */
     em_safetensors *g = golden_file("bert_tiny_cls_golden.safetensors");
     int n_grads = 0;
     EM_SCOPE {

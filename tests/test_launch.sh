@@ -19,6 +19,7 @@ check "config writes YAML" "$(cat "$EMBER_CONFIG_FILE")" "num_processes: 3"
 check "config file used" "$("$ember" launch --quiet --dry_run ./prog 2>&1)" "mpirun -np 3"
 check "env beats config" "$(EMBER_NUM_PROCESSES=2 "$ember" launch --quiet --dry_run ./prog 2>&1)" "mpirun -np 2"
 check "flag beats env" "$(EMBER_NUM_PROCESSES=2 "$ember" launch --quiet --dry_run --num_processes 4 ./prog 2>&1)" "mpirun -np 4"
+check "dashed flags as Accelerate accepts them" "$(EMBER_NUM_PROCESSES=2 "$ember" launch --quiet --dry-run --num-processes 5 ./prog 2>&1)" "mpirun -np 5"
 out=$(EMBER_MIXED_PRECISION=fp16 "$ember" launch --dry_run --mixed_precision no ./prog a 2>&1)
 check "table shows the source" "$out" "mixed_precision                flag         no"
 check "program args pass through" "$out" "OMP_NUM_THREADS ./prog a"

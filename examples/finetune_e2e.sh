@@ -1,0 +1,128 @@
+#!/bin/sh
+# ember e2e — seqcls as a fine-tuning script, and classify on its output.
+#   finetune_e2e.sh resume SEQCLS CLASSIFY
+#       a run killed with SIGKILL mid-epoch, resumed with
+#       --resume_from_checkpoint latest, ends with the same model.safetensors,
+#       byte for byte, as an uninterrupted run (1 process, built-in task).
+#   finetune_e2e.sh pretrained SEQCLS CLASSIFY FIXTURES
+#       a head-less BERT folder (tests/fixtures/bert-tiny + a vocab.txt) is
+#       fine-tuned on TSV, CSV and JSONL files with string labels; the head is
+#       reported as new, the encoder loads; id2label comes from the data;
+#       classify prints the label names for the output folder, refuses the
+#       head-less folder (unless --allow_new_head), and bad data is refused
+#       with the file and line named.
+#   finetune_e2e.sh minilm SEQCLS CLASSIFY MODEL_DIR
+#       a short fine-tune of the real all-MiniLM-L6-v2 (tools/fetch-model) on
+#       the shipped SST-2 sample; skipped (77) when the folder is absent.
+mode=$1 seqcls=$2 classify=$3
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+expect_fail() {   # name, expected text, command...: must exit non-zero and print the text
+    name=$1 text=$2; shift 2
+    "$@" >"$work/x.out" 2>&1 && fail "$name: exited 0"
+    grep -qF -- "$text" "$work/x.out" || { cat "$work/x.out"; fail "$name: no \"$text\" in the message"; }
+    echo "ok: $name: $(grep -F -- "$text" "$work/x.out" | head -n 1)"
+}
+
+case $mode in
+resume)
+    args="--epochs 3 --checkpointing_steps 25 --checkpoints_total_limit 2"
+    "$seqcls" $args --output_dir "$work/u" >"$work/u.log" 2>&1 || { cat "$work/u.log"; fail "uninterrupted run"; }
+    "$seqcls" $args --output_dir "$work/r" >"$work/r1.log" 2>&1 &
+    pid=$!
+    i=0   # kill it once checkpoint_6 (optimizer step 175, mid-epoch 1) is complete
+    while [ ! -d "$work/r/checkpoints/checkpoint_6" ] && kill -0 $pid 2>/dev/null && [ $i -lt 6000 ]; do
+        sleep 0.01; i=$((i + 1))
+    done
+    kill -9 $pid 2>/dev/null || fail "the run ended before it could be killed"
+    wait $pid
+    [ -f "$work/r/model.safetensors" ] && fail "the killed run got to save its final model"
+    "$seqcls" $args --output_dir "$work/r" --resume_from_checkpoint latest >"$work/r2.log" 2>&1 ||
+        { cat "$work/r2.log"; fail "the resumed run"; }
+    grep '^resumed from' "$work/r2.log" || fail "the resumed run did not resume"
+    grep -q 'epoch 0 dev' "$work/r2.log" && fail "the resumed run repeated epoch 0"
+    cmp "$work/u/model.safetensors" "$work/r/model.safetensors" ||
+        fail "the resumed run's weights differ from the uninterrupted run's"
+    echo "ok: killed after checkpoint_6, resumed, final weights identical byte for byte"
+    n=$(ls "$work/r/checkpoints" | wc -l)
+    [ "$n" -eq 2 ] || fail "checkpoints_total_limit 2 left $n checkpoints: $(ls "$work/r/checkpoints")"
+    ;;
+pretrained)
+    fixtures=$4
+    m="$work/tiny"   # a head-less BertModel (vocab 100, 32 positions) with a vocab.txt
+    mkdir -p "$m" && cp "$fixtures/bert-tiny/config.json" "$fixtures/bert-tiny/model.safetensors" "$m/"
+    words="the a movie film story plot it was is this and with of script music ending cast pace
+           good great superb fun moving bad awful dull boring weak"
+    { printf '[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n'; for w in $words; do echo "$w"; done; } >"$m/vocab.txt"
+    # sentences of neutral words plus one sentiment word; labels are strings
+    gen() {   # rows seed
+        awk -v n="$1" -v seed="$2" 'BEGIN {
+            srand(seed); split("the a movie film story plot it was is this and with of script music ending cast pace", N, " ");
+            split("good great superb fun moving", P, " "); split("bad awful dull boring weak", Q, " ");
+            for (i = 0; i < n; i++) {
+                pos = rand() < 0.5; s = ""; k = 3 + int(rand() * 5); at = int(rand() * k);
+                for (j = 0; j < k; j++) { s = s (j ? " " : "") N[1 + int(rand() * 18)];
+                    if (j == at) s = s " " (pos ? P[1 + int(rand() * 5)] : Q[1 + int(rand() * 5)]) }
+                print s "\t" (pos ? "upbeat" : "glum")
+            } }'
+    }
+    { printf 'sentence\tlabel\n'; gen 600 1; } >"$work/train.tsv"
+    { printf 'sentence\tlabel\n'; gen 200 2; } >"$work/dev.tsv"
+    awk -F'\t' 'NR == 1 { print "label,sentence"; next } { print $2 ",\"" $1 "\"" }' "$work/train.tsv" >"$work/train.csv"
+    awk -F'\t' 'NR > 1 { printf "{\"sentence\": \"%s\", \"label\": \"%s\"}\n", $1, $2 }' "$work/dev.tsv" >"$work/dev.jsonl"
+    common="--model_name_or_path $m --max_length 32 --num_train_epochs 3 --learning_rate 3e-3 --mixed_precision no"
+    "$seqcls" $common --train_file "$work/train.tsv" --validation_file "$work/dev.tsv" --output_dir "$work/out" \
+        --min_accuracy 0.9 >"$work/t.log" 2>&1 || { cat "$work/t.log"; fail "fine-tune of the head-less folder"; }
+    grep -v '%' "$work/t.log"
+    grep -q 'classifier.weight' "$work/t.log" || fail "the new head was not reported"
+    for f in config.json model.safetensors vocab.txt tokenizer.json tokenizer_config.json special_tokens_map.json \
+             all_results.json; do
+        [ -f "$work/out/$f" ] || fail "the output folder lacks $f"
+    done
+    grep -q '"glum"' "$work/out/config.json" && grep -q '"upbeat"' "$work/out/config.json" ||
+        fail "config.json lacks the label names: $(cat "$work/out/config.json")"
+    printf 'a superb and moving film\nthe plot was dull\n' | "$classify" --model_dir "$work/out" >"$work/c.out" ||
+        fail "classify exited $?"
+    cat "$work/c.out"
+    [ "$(awk '{print $3}' "$work/c.out" | tr '\n' ' ')" = "upbeat glum " ] || fail "classify's labels are wrong"
+    # the same task as CSV (train) and JSONL (dev), by extension
+    "$seqcls" $common --num_train_epochs 1 --train_file "$work/train.csv" --validation_file "$work/dev.jsonl" \
+        >"$work/f.log" 2>&1 || { cat "$work/f.log"; fail "CSV + JSONL"; }
+    grep '^final dev accuracy' "$work/f.log"
+    # refusals
+    expect_fail "classify on a head-less folder" "has no trained classification head" "$classify" --model_dir "$m"
+    echo 'a good film' | "$classify" --model_dir "$m" --allow_new_head >/dev/null 2>&1 || fail "--allow_new_head"
+    printf 'sentence\tlabel\n' >"$work/empty.tsv"
+    expect_fail "header-only training file" "$work/empty.tsv: the file has no data rows" \
+        "$seqcls" $common --train_file "$work/empty.tsv" --validation_file "$work/dev.tsv"
+    expect_fail "header-only dev file" "$work/empty.tsv: the file has no data rows" \
+        "$seqcls" $common --train_file "$work/train.tsv" --validation_file "$work/empty.tsv"
+    { printf 'sentence\tlabel\n'; printf 'a film\tupbeat\n'; printf 'the plot\tneutral\n'; } >"$work/odd.tsv"
+    expect_fail "a dev label unseen in training" "$work/odd.tsv:3: label \"neutral\"" \
+        "$seqcls" $common --train_file "$work/train.tsv" --validation_file "$work/odd.tsv"
+    expect_fail "wrong --label_names count" "must give exactly 2 non-empty names" \
+        "$seqcls" $common --train_file "$work/train.tsv" --validation_file "$work/dev.tsv" --label_names a,b,c
+    expect_fail "no such label column" "no label column \"stars\"" \
+        "$seqcls" $common --train_file "$work/train.tsv" --validation_file "$work/dev.tsv" --label_column stars
+    expect_fail "an unknown option" "unknown option --bogus" "$seqcls" --bogus 1
+    expect_fail "resume latest without an output dir" "need --output_dir" "$seqcls" --resume_from_checkpoint latest
+    ;;
+minilm)
+    model=$4
+    [ -f "$model/model.safetensors" ] || { echo "SKIP: no $model (tools/fetch-model installs it)"; exit 77; }
+    data=$(dirname "$0")/data/sst2
+    "$seqcls" --model_name_or_path "$model" --train_file "$data/train.tsv" --validation_file "$data/dev.tsv" \
+        --label_names negative,positive --max_length 66 --per_device_train_batch_size 32 --learning_rate 1e-4 \
+        --max_train_steps 60 --num_warmup_steps 6 --output_dir "$work/out" --min_accuracy 0.75 >"$work/m.log" 2>&1 ||
+        { cat "$work/m.log"; fail "the MiniLM fine-tune (60 steps) did not reach 75% dev accuracy"; }
+    grep -v '%' "$work/m.log"
+    printf 'a truly wonderful film\nthe plot was awful\n' | "$classify" --model_dir "$work/out" >"$work/c.out" ||
+        fail "classify exited $?"
+    cat "$work/c.out"
+    [ "$(awk '{print $3}' "$work/c.out" | tr '\n' ' ')" = "positive negative " ] || fail "classify's labels are wrong"
+    expect_fail "classify on the head-less MiniLM" "has no trained classification head" "$classify" --model_dir "$model"
+    ;;
+*) fail "unknown mode $mode" ;;
+esac
+echo PASS
