@@ -563,7 +563,11 @@ void em_accelerator_optimizer_zero_grad(em_accelerator *acc, em_optimizer *opt)
               acc ? "the optimizer" : "the accelerator");
     ACC_CHECK(find_opt(acc, opt) >= 0, "em_accelerator_optimizer_zero_grad", ,
               "the optimizer was not prepared (em_accelerator_prepare)");
-    if (acc->sync) em_optimizer_zero_grad_ex(opt, false);
+    if (!acc->sync) return;
+    em_optimizer_zero_grad_ex(opt, false);
+    /* the gradients are zero now: the next backward need not scan them for a
+     * forgotten zero_grad (a full read of every gradient, each step) */
+    acc->opts[find_opt(acc, opt)].check_zeroed = false;
 }
 
 void em_accelerator_scheduler_step(em_accelerator *acc, em_scheduler *sched)

@@ -105,6 +105,14 @@ pretrained)
         "$seqcls" $common --train_file "$work/train.tsv" --validation_file "$work/dev.tsv" --label_names a,b,c
     expect_fail "no such label column" "no label column \"stars\"" \
         "$seqcls" $common --train_file "$work/train.tsv" --validation_file "$work/dev.tsv" --label_column stars
+    printf 'sentence\tlabel\tsentence\n' >"$work/dup.tsv"
+    expect_fail "a header naming a column twice" "$work/dup.tsv:1: the header names column \"sentence\" twice" \
+        "$seqcls" $common --train_file "$work/dup.tsv" --validation_file "$work/dev.tsv"
+    cp -r "$m" "$work/big" && for i in $(seq 1 80); do echo "extra$i"; done >>"$work/big/vocab.txt"
+    expect_fail "a vocabulary larger than the embedding" "config.json's vocab_size is 100: they do not belong together" \
+        "$seqcls" --model_name_or_path "$work/big" --max_length 32 --train_file "$work/train.tsv" --validation_file "$work/dev.tsv"
+    expect_fail "classify with a vocabulary larger than the embedding" "embedding only 100 rows" \
+        "$classify" --model_dir "$work/big" --allow_new_head
     expect_fail "an unknown option" "unknown option --bogus" "$seqcls" --bogus 1
     expect_fail "resume latest without an output dir" "need --output_dir" "$seqcls" --resume_from_checkpoint latest
     ;;

@@ -89,6 +89,14 @@ static em_module *load_model(const char *dir, int num_labels, bool allow_missing
     return model;
 }
 
+static int64_t vocab_rows(const em_module *m)   /* the word embedding's rows */
+{
+    if (!strcmp(m->type, "DistilBertForSequenceClassification"))
+        return ((const em_distilbert_seqcls *)m)->config.vocab_size;
+    if (!strcmp(m->type, "BertForSequenceClassification")) return ((const em_bert_seqcls *)m)->config.vocab_size;
+    return 0;
+}
+
 static em_tensor **parameters(em_module *m, const char ***names, int *n)
 {
     em_named_tensors ps = em_module_named_parameters(m);
@@ -260,6 +268,10 @@ int main(int argc, char **argv)
     em_module *model;
     if (a.model_dir) {
         model = load_model(a.model_dir, labels.n, a.allow_fresh_encoder, main_process);
+        int64_t rows = vocab_rows(model);
+        if (rows > 0 && em_tokenizer_vocab_size(tok) > rows)   /* an id past the embedding would abort mid-run */
+            DIE("the tokenizer has %d tokens but %s/config.json's vocab_size is %lld: they do not belong together",
+                em_tokenizer_vocab_size(tok), a.model_dir, (long long)rows);
     } else {
         em_distilbert_config cfg = { .vocab_size = em_tokenizer_vocab_size(tok), .n_layers = a.layers,
                                      .n_heads = a.heads, .dim = a.dim, .hidden_dim = a.hidden ? a.hidden : 4 * a.dim,
