@@ -22,6 +22,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <stdio.h>
+#include <unistd.h>
 
 #define ACC_CHECK(cond, op, ret, ...) do { if (!(cond)) { em__misuse(op, __VA_ARGS__); return ret; } } while (0)
 
@@ -84,6 +86,23 @@ static void free_world(void)
     g_world = NULL;
 }
 
+/* At exit (on_exit: it sees the status). A rank that exits with an error
+ * while its peers may sit in a collective must not wait in MPI_Finalize for
+ * them (they would wait for it until their timeout): it leaves at once,
+ * without finalizing, and mpirun then stops the other ranks within a second
+ * or so. A clean exit frees the world as usual. */
+static void world_at_exit(int status, void *arg)
+{
+    (void)arg;
+    if (status != 0 && g_world && em_pg_world_size(g_world) > 1) {
+        fprintf(stderr, "ember: rank %d of %d exits with status %d: stopping the job\n", em_pg_rank(g_world),
+                em_pg_world_size(g_world), status);
+        fflush(NULL);
+        _exit(status);
+    }
+    free_world();
+}
+
 /* This rank's device: cuda:<local rank> when a GPU is there and the CPU was
  * not asked for (opts.cpu, or EMBER_USE_CPU = true/1/yes), else the CPU.
  * A local rank without a GPU of its own is an error (NCCL takes one GPU per
@@ -117,7 +136,7 @@ static em_process_group *default_group(const em_pg_opts *opts)
 {
     if (g_world) return g_world;
     if (em_pg_init(opts, &g_world) != EM_OK) return NULL;
-    atexit(free_world);
+    on_exit(world_at_exit, NULL);
     return g_world;
 }
 

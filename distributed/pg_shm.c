@@ -55,10 +55,11 @@
 typedef struct shm_slot {
     _Atomic uint64_t a, b, c;  /* steps this rank finished in phases A, B and C (ever) */
     _Atomic uint64_t seq;      /* the collective this rank entered last */
+    _Atomic uint64_t left_ms;  /* em__pg_now() * 1000 when this rank freed the group; 0: still in it */
     _Atomic uint32_t bell;     /* futex word: bumped with every counter */
     _Atomic uint32_t sleepers; /* peers asleep on bell */
     int32_t pid;
-    char pad[SLOT - 4 * sizeof(uint64_t) - 3 * sizeof(uint32_t)];
+    char pad[SLOT - 5 * sizeof(uint64_t) - 3 * sizeof(uint32_t)];
 } shm_slot;
 _Static_assert(sizeof(shm_slot) == SLOT, "shm_slot is one slot");
 
@@ -221,6 +222,8 @@ void em__pg_shm_free(em_process_group *pg)
     em__pg_shm *sh = pg->shm;
     if (!sh)
         return;
+    /* tell peers still waiting in a collective that this rank will never join it */
+    atomic_store(&MY(pg)->left_ms, (uint64_t)(em__pg_now() * 1000.0) | 1);
     munmap(sh->base, sh->bytes);
     free(sh->src);
     free(sh);
@@ -255,10 +258,21 @@ bool em__pg_shm_dead_peer(em_process_group *pg, char *buf, size_t cap)
 {
     if (!pg->shm)
         return false;
+    double now_ms = em__pg_now() * 1000.0;
     for (int q = 0; q < pg->world; q++) {
         int32_t pid = PEER(pg, q)->pid;
         if (q != pg->rank && pid > 0 && kill(pid, 0) != 0 && errno == ESRCH) {
             snprintf(buf, cap, "rank %d (pid %d)", q, (int)pid);
+            return true;
+        }
+        /* A peer that freed the group (its program ended normally) joins no more
+         * collectives. Two seconds of grace: a collective it completed may still
+         * be finishing here. (Without this the peer would sit in MPI_Finalize and
+         * this rank in the collective until the timeout.) */
+        uint64_t left = atomic_load(&PEER(pg, q)->left_ms);
+        if (q != pg->rank && left && now_ms - (double)left > 2000.0) {
+            snprintf(buf, cap, "rank %d (pid %d) ended its program, which ran fewer collectives than this one, and", q,
+                     (int)pid);
             return true;
         }
     }

@@ -539,6 +539,49 @@ static char ***labels_slot(em_module *m, int **n)
     return &s->id2label;
 }
 
+/* The model a config describes must fit before anything is allocated: its
+ * f32 parameter bytes (counted in double, so no size can wrap) against the
+ * machine's memory, or EMBER_MAX_MODEL_BYTES when set. A config with
+ * vocab_size 2^40 or a million layers is refused naming the file and the
+ * fields, instead of crashing or allocating for minutes. */
+static em_status check_model_size(const em__arch *arch, const void *cfg, int num_labels, const char *path)
+{
+    double V, H, I, L, P, T = 0, emb, layer, head;
+    const char *names;
+    if (arch == &em__distilbert_arch) {
+        const em_distilbert_config *c = cfg;
+        V = (double)c->vocab_size, H = (double)c->dim, I = (double)c->hidden_dim, L = (double)c->n_layers;
+        P = (double)c->max_position_embeddings;
+        names = "vocab_size %.0f x dim %.0f";
+    } else {
+        const em_bert_config *c = cfg;
+        V = (double)c->vocab_size, H = (double)c->hidden_size, I = (double)c->intermediate_size;
+        L = (double)c->num_hidden_layers, P = (double)c->max_position_embeddings, T = (double)c->type_vocab_size;
+        names = "vocab_size %.0f x hidden_size %.0f";
+    }
+    emb = (V + P + T) * H + 2 * H;
+    layer = 4 * (H * H + H) + 2 * H * I + I + H + 4 * H;
+    head = H * H + H + H * (double)num_labels + (double)num_labels;
+    double params = emb + L * layer + head, bytes = 4 * params;
+    double limit = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGE_SIZE);
+    const char *limit_name = "the memory of this machine";
+    const char *e = getenv("EMBER_MAX_MODEL_BYTES");
+    if (e && *e) {
+        char *end;
+        double v = strtod(e, &end);
+        if (*end || !(v > 0)) return em__fail(EM_ERR_INVALID, "EMBER_MAX_MODEL_BYTES='%s' is not a positive number", e);
+        limit = v, limit_name = "EMBER_MAX_MODEL_BYTES";
+    }
+    if (bytes <= limit) return EM_OK;
+    char part[160];
+    if (emb >= L * layer) snprintf(part, sizeof part, names, V, H);
+    else snprintf(part, sizeof part, "%.0f layers x %.3g parameters each (hidden %.0f, intermediate %.0f)", L, layer, H, I);
+    return em__fail(EM_ERR_INVALID,
+                    "%s: the model this config describes has %.3g parameters (%.3g GB in f32), more than %s (%.3g GB); "
+                    "the largest part: %s. Check those fields (or set EMBER_MAX_MODEL_BYTES)",
+                    path, params, bytes / 1e9, limit_name, limit / 1e9, part);
+}
+
 /* The shared loader: want_arch NULL accepts any family. */
 static em_status from_pretrained(const char *dir, const em_pretrained_opts *opts, const em__arch *want_arch,
                                  em__head head, em_module **out, em_load_report *report)
@@ -581,6 +624,7 @@ static em_status from_pretrained(const char *dir, const em_pretrained_opts *opts
             if (o.num_labels) bc->num_labels = o.num_labels;
         }
     }
+    if (!s) s = check_model_size(arch, cfg, o.num_labels ? o.num_labels : cfg_labels, cfg_path);
     if (!s) s = ckpt_open(dir, &c);
     if (!s && !(m = arch->build(cfg, head))) s = em_last_status() ? em_last_status() : EM_ERR_OOM;
     if (!s && report && !(r.model_class = str_dup(arch->class_name[head]))) s = em__fail(EM_ERR_OOM, "out of memory");

@@ -119,14 +119,23 @@ em_tensor *em__empty(int ndim, const int64_t *shape, em_dtype dt, em_device dev)
 {
     EM_CHECK(ndim >= 0 && ndim <= EM_MAX_DIMS, "em_empty", "%d dims requested; at most %d are supported", ndim, EM_MAX_DIMS);
     EM_CHECK((unsigned)dt < EM_NUM_DTYPES, "em_empty", "unknown dtype %d", (int)dt);
-    int64_t n = 1;
+    int64_t n = 1, bytes;
+    bool overflow = false, empty = false;
     for (int d = 0; d < ndim; d++) {
         EM_CHECK(shape[d] >= 0, "em_empty", "negative size %lld in shape %s", (long long)shape[d], em__dims_str(ndim, shape));
-        n *= shape[d];
+        overflow |= __builtin_mul_overflow(n, shape[d], &n);
+        empty |= shape[d] == 0;
+    }
+    if (empty) n = 0, overflow = false;   /* no elements, whatever the other sizes */
+    /* a shape from outside (a config, a file) must not wrap into a small allocation */
+    if (overflow || __builtin_mul_overflow(n, (int64_t)em_dtype_size(dt), &bytes)) {
+        em__fail(EM_ERR_OOM, "em_empty: shape %s of %s has more than 2^63 bytes", em__dims_str(ndim, shape),
+                 em_dtype_name(dt));
+        return NULL;
     }
     int64_t stride[EM_MAX_DIMS];
     em__contiguous_strides(ndim, shape, stride);
-    em_storage *s = em__storage_new((size_t)n * em_dtype_size(dt), dev);
+    em_storage *s = em__storage_new((size_t)bytes, dev);
     if (!s) return NULL;
     em_tensor *t = tensor_new(s, ndim, shape, stride, 0, dt);
     if (!t) {

@@ -385,12 +385,35 @@ START_TEST(misuse_eye_negative)
 }
 END_TEST
 
+/* A shape whose element count or byte size does not fit in 63 bits is an
+ * error (status and message), never a wrapped, too-small allocation. */
+START_TEST(shape_overflow_is_an_error)
+{
+    const int64_t shapes[][3] = { { 1ll << 62, 1, 1 }, { 1ll << 32, 1ll << 32, 4 }, { 1ll << 61, 2, 1 } };
+    const int nd[] = { 1, 3, 2 };
+    for (int i = 0; i < 3; i++) {
+        em_clear_error();
+        em_tensor *t = em_empty(nd[i], shapes[i], EM_F32, EM_CPU);
+        ck_assert_msg(t == NULL, "shape %d: a tensor came back", i);
+        ck_assert_int_eq(em_last_status(), EM_ERR_OOM);
+        ck_assert_msg(strstr(em_last_error(), "more than 2^63 bytes"), "message: %s", em_last_error());
+    }
+    /* a zero-sized dimension makes any other size fine: no elements */
+    EM_SCOPE {
+        em_tensor *z = em_empty(3, (int64_t[]){ 1ll << 62, 0, 1ll << 62 }, EM_F32, EM_CPU);
+        ck_assert_ptr_nonnull(z);
+        ck_assert_int_eq(em_numel(z), 0);
+    }
+}
+END_TEST
+
 static Suite *make_suite(void)
 {
     Suite *s = suite_create("create");
     TCase *tc = tcase_create("ops");
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, zeros_ones_full_scalar);
+    tcase_add_test(tc, shape_overflow_is_an_error);
     tcase_add_test(tc, arange_values);
     tcase_add_test(tc, eye_values);
     tcase_add_test(tc, fill_on_views);

@@ -644,6 +644,22 @@ START_TEST(bad_folders_return_clear_errors)
     write_text(tpath("model.safetensors"), "not a safetensors file at all");
     ck_assert_int_ne(load_tmp(), EM_OK);
     ck_assert_ptr_nonnull(strstr(em_last_error(), "model.safetensors"));
+    /* a config too large for the machine: refused before any allocation, naming the file and fields */
+    copy_file(tu_fixture_path("distilbert-tiny/model.safetensors"), tpath("model.safetensors"));
+    write_text(tpath("config.json"), "{\"model_type\": \"distilbert\", \"vocab_size\": 1099511627776, \"dim\": 4194304, \"n_heads\": 16}");
+    ck_assert_int_eq(load_tmp(), EM_ERR_INVALID);
+    ck_assert_msg(strstr(em_last_error(), "config.json: the model this config describes has") &&
+                      strstr(em_last_error(), "vocab_size 1099511627776 x dim 4194304"), "%s", em_last_error());
+    write_text(tpath("config.json"), "{\"model_type\": \"distilbert\", \"n_layers\": 1000000}");
+    ck_assert_int_eq(load_tmp(), EM_ERR_INVALID);
+    ck_assert_msg(strstr(em_last_error(), "1000000 layers x"), "%s", em_last_error());
+    /* EMBER_MAX_MODEL_BYTES sets the limit: the tiny model (~0.4 MB) is refused under 1000 bytes */
+    snprintf(cfg, sizeof cfg, tiny_config, 64);
+    write_text(tpath("config.json"), cfg);
+    setenv("EMBER_MAX_MODEL_BYTES", "1000", 1);
+    ck_assert_int_eq(load_tmp(), EM_ERR_INVALID);
+    ck_assert_msg(strstr(em_last_error(), "more than EMBER_MAX_MODEL_BYTES"), "%s", em_last_error());
+    unsetenv("EMBER_MAX_MODEL_BYTES");
     /* a folder that does not exist */
     em_module *m = NULL;
     ck_status(em_seqcls_from_pretrained("/nonexistent/ember-model", NULL, &m, NULL), EM_ERR_NOT_FOUND);
