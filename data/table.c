@@ -323,6 +323,25 @@ done:
 }
 
 /* ---- JSONL ------------------------------------------------------------------------- */
+
+/* The 1-based column of the first \u0000 escape in a JSON line (a backslash
+ * that is not itself escaped, then u0000), or 0. */
+static size_t nul_escape(const char *p, size_t n)
+{
+    size_t run = 0;   /* backslashes just before p[i] */
+    for (size_t i = 0; i < n; i++) {
+        if (p[i] == '\\') {
+            run++;
+            continue;
+        }
+        if (p[i] == 'u' && run % 2 == 1 && i + 4 < n && p[i + 1] == '0' && p[i + 2] == '0' && p[i + 3] == '0' &&
+            p[i + 4] == '0')
+            return i;   /* the column of the backslash: i - 1, 1-based: i */
+        run = 0;
+    }
+    return 0;
+}
+
 typedef struct arena {
     char *s;
     size_t n, cap;
@@ -462,6 +481,11 @@ static em_status parse_jsonl(em_table *t, char *buf, size_t start, size_t len, c
         if (!st && !cJSON_IsObject(obj))
             st = em__fail(EM_ERR_FORMAT, "%s:%lld:%zu: expected a JSON object, found %s", t->path, (long long)line,
                           k - s + 1, json_kind(obj));
+        /* "\u0000" would cut the string short in silence (cells are NUL-terminated) */
+        size_t nul = st ? 0 : nul_escape(buf + s, e - s);
+        if (nul)
+            st = em__fail(EM_ERR_FORMAT, "%s:%lld:%zu: a string holds \\u0000 (a NUL character), which ember's text "
+                          "cells cannot hold", t->path, (long long)line, nul);
         if (!st && !have_cols) {
             st = jsonl_columns(t, fields, nfields, obj);
             have_cols = true;

@@ -462,6 +462,15 @@ START_TEST(test_jsonl_errors)
     expect_fail(em_table_read_jsonl(p, fields, 2, &t), EM_ERR_FORMAT, "%s:1:11: invalid JSON (near \"a\")", p);
     p = tmp_file("e8.jsonl", "{\"text\": \"\\ud800\", \"label\": 1}\n");
     expect_fail(em_table_read_jsonl(p, fields, 2, &t), EM_ERR_FORMAT, "%s:1:11: invalid JSON (near \"\\ud800\", \"label\"\")", p);
+    /* a NUL escape is refused, not cut short; an escaped backslash before u0000 is plain text */
+    p = tmp_file("e9.jsonl", "{\"text\": \"ok\", \"label\": 1}\n{\"text\": \"a\\u0000b\", \"label\": 1}\n");
+    expect_fail(em_table_read_jsonl(p, fields, 2, &t), EM_ERR_FORMAT,
+                "%s:2:12: a string holds \\u0000 (a NUL character), which ember's text cells cannot hold", p);
+    p = tmp_file("e10.jsonl", "{\"text\": \"a\\\\u0000b\", \"label\": 1}\n");
+    ck_assert_int_eq(em_table_read_jsonl(p, fields, 2, &t), EM_OK);
+    ck_assert_str_eq(em_table_get(t, 0, 0), "a\\u0000b");
+    em_table_free(t);
+    t = NULL;
     ck_assert_ptr_null(t);
 }
 END_TEST
