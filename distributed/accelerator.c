@@ -167,6 +167,7 @@ em_accelerator *em_accelerator_new(const em_accelerator_opts *opts)
     acc->even_batches = o.even_batches < 0 ? EM_TOK_OFF : EM_TOK_ON;
     acc->auto_naming = o.automatic_checkpoint_naming;
     acc->total_limit = o.total_limit;
+    acc->ignore_mismatched_config = o.ignore_mismatched_config;
     acc->ddp_opts = o.ddp;
     acc->device = EM_CPU;   /* pick_device below, once the rank is known */
     acc->sync = true;

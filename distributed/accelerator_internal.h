@@ -51,6 +51,7 @@ struct em_accelerator {
     char *project_dir;              /* owned; NULL when not given */
     bool auto_naming;
     int total_limit;
+    bool ignore_mismatched_config;  /* load_state reports fingerprint mismatches instead of refusing */
     em_ddp_opts ddp_opts;
 
     em_process_group *pg;           /* borrowed: the caller's, or the process-wide world */
@@ -87,5 +88,11 @@ void em__acc_flush_scaler(em_accelerator *acc);
  * failing rank keeps its own message; the others get one naming that rank's
  * status). A world of one returns st. */
 em_status em__acc_agree(em_accelerator *acc, em_status st, const char *what);
+
+/* checkpoint_manifest.c: manifest.json (CRC-32C of every file, the run's
+ * fingerprint) written into a complete save_state folder by the main process,
+ * and verified (on every rank) before load_state changes anything. */
+em_status em__acc_manifest_write(em_accelerator *acc, const char *dir);
+em_status em__acc_manifest_verify(em_accelerator *acc, const char *dir);
 
 #endif

@@ -21,6 +21,7 @@
 #include <ftw.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -200,8 +201,25 @@ static em_status save_module(em_module *m, const char *path)
     return st;
 }
 
-/* Checks every tensor first (names, shapes), then copies: a checkpoint that
- * does not fit leaves the model unchanged. */
+/* The index of the first NaN or infinity of a floating tensor, or -1. */
+static int64_t first_nonfinite(em_tensor *t)
+{
+    if (t->dtype != EM_F32 && t->dtype != EM_F64 && t->dtype != EM_F16 && t->dtype != EM_BF16) return -1;
+    int64_t n = em_numel(t), found = -1;
+    EM_SCOPE {
+        em_tensor *c = em_contiguous(t->dtype == EM_F32 ? t : em_to_dtype(t, EM_F32));
+        const float *v = c ? em_data_ptr(c) : NULL;
+        for (int64_t i = 0; v && i < n; i++)
+            if (!isfinite(v[i])) {
+                found = i;
+                break;
+            }
+    }
+    return found;
+}
+
+/* Checks every tensor first (names, shapes, finite values), then copies: a
+ * checkpoint that does not fit leaves the model unchanged. */
 static em_status load_module(em_module *m, const char *path)
 {
     em_safetensors *sf;
@@ -229,6 +247,10 @@ static em_status load_module(em_module *m, const char *path)
             st = em__fail(EM_ERR_INVALID, "load_state: %s: tensor \"%s\" is %s %s; the model's is %s %s", path,
                           nt->name, em_dtype_name(src[i]->dtype), em__shape_str(src[i]),
                           em_dtype_name(nt->tensor->dtype), em__shape_str(nt->tensor));
+        int64_t bad = st == EM_OK ? first_nonfinite(src[i]) : -1;
+        if (bad >= 0)
+            st = em__fail(EM_ERR_INVALID, "load_state: %s: tensor \"%s\" holds a non-finite value (element %lld): "
+                          "refusing to resume from it", path, nt->name, (long long)bad);
     }
     if (st == EM_OK) {
         bool prev = em_set_grad_enabled(false);
@@ -464,6 +486,9 @@ em_status em_accelerator_save_state(em_accelerator *acc, const char *dir)
     if (acc->rank == 0) st = write_main_files(acc, tmp, next_iteration);
     if (st == EM_OK) st = write_rank_file(acc, tmp);
     st = em__acc_agree(acc, st, "save_state (writing)");
+    /* every file is complete: the main process records their checksums */
+    if (st == EM_OK && acc->rank == 0) st = em__acc_manifest_write(acc, tmp);
+    st = em__acc_agree(acc, st, "save_state (manifest)");
     /* phase 3: the main process publishes (or cleans up) */
     if (acc->rank == 0) {
         if (st == EM_OK) st = publish(tmp, target);
@@ -496,9 +521,12 @@ static em_status load_all(em_accelerator *acc, const char *dir)
     int64_t opt_steps[EM__ACC_MAX] = {0};
     em_loader_state ls[EM__ACC_MAX] = {{0}};
 
-    /* read and validate the JSON first: nothing changes when it does not fit */
+    /* the files' checksums and the run's fingerprint, then the JSON: nothing
+     * changes when the checkpoint is damaged or does not fit */
+    em_status st = em__acc_manifest_verify(acc, dir);
+    if (st != EM_OK) return st;
     JOIN(path, dir, "accelerator_state.json");
-    em_status st = read_json(path, &root);
+    st = read_json(path, &root);
     if (st == EM_OK) {
         const cJSON *f = cJSON_GetObjectItemCaseSensitive(root, "format");
         if (!cJSON_IsString(f) || strcmp(f->valuestring, STATE_FORMAT) != 0)
@@ -512,6 +540,13 @@ static em_status load_all(em_accelerator *acc, const char *dir)
     if (st == EM_OK) st = json_i64(root, path, "iteration", &iteration);
     if (st == EM_OK) st = json_i64(root, path, "epoch", &epoch);
     if (st == EM_OK) st = json_i64(root, path, "window_pos", &window_pos);
+    /* counters a run can really reach (a damaged or edited file may say anything) */
+    if (st == EM_OK && (step < 0 || iteration < 0))
+        st = em__fail(EM_ERR_INVALID, "load_state: %s: step %lld and iteration %lld must be >= 0", path,
+                      (long long)step, (long long)iteration);
+    if (st == EM_OK && (window_pos < 0 || (window_pos > acc->K && !acc->ignore_mismatched_config)))   /* 1-based */
+        st = em__fail(EM_ERR_INVALID, "load_state: %s: window_pos %lld does not fit gradient_accumulation_steps %d",
+                      path, (long long)window_pos, acc->K);
     if (st == EM_OK) st = check_count(root, path, "models", acc->n_models);
     if (st == EM_OK) st = check_count(root, path, "optimizers", acc->n_opts);
     if (st == EM_OK) st = check_count(root, path, "schedulers", acc->n_scheds);
@@ -524,6 +559,9 @@ static em_status load_all(em_accelerator *acc, const char *dir)
             const cJSON *v = cJSON_GetArrayItem(a, i);
             if (!cJSON_IsNumber(v) || v->valuedouble < 0)
                 st = em__fail(EM_ERR_FORMAT, "load_state: %s: optimizer_steps[%d] is not a count", path, i);
+            else if (v->valuedouble > (double)step)   /* at most one optimizer step per micro-step */
+                st = em__fail(EM_ERR_INVALID, "load_state: %s: optimizer_steps[%d] is %.0f, more than the %lld "
+                              "micro-steps taken", path, i, v->valuedouble, (long long)step);
             else
                 opt_steps[i] = (int64_t)v->valuedouble;
         }
@@ -532,6 +570,13 @@ static em_status load_all(em_accelerator *acc, const char *dir)
         snprintf(name, sizeof name, "random_states_%d.json", acc->rank);
         st = path_join(path, sizeof path, dir, name) ? read_json(path, &rj)
                                                       : em__fail(EM_ERR_INVALID, "path too long");
+    }
+    if (st == EM_OK) {   /* each rank's own file: a foreign one would restore another rank's data order */
+        int64_t r = -1;
+        st = json_i64(rj, path, "rank", &r);
+        if (st == EM_OK && r != acc->rank)
+            st = em__fail(EM_ERR_INVALID, "load_state: %s says rank %lld; it is rank %d's file", path, (long long)r,
+                          acc->rank);
     }
     if (st == EM_OK) st = json_u64(rj, path, "rng_seed", &seed);
     if (st == EM_OK) st = json_u64(rj, path, "rng_offset", &offset);
@@ -544,6 +589,10 @@ static em_status load_all(em_accelerator *acc, const char *dir)
             const cJSON *o = cJSON_GetArrayItem(a, i);
             st = json_i64(o, path, "epoch", &ls[i].epoch);
             if (st == EM_OK) st = json_i64(o, path, "batch", &ls[i].batch);
+            if (st == EM_OK && (ls[i].epoch < 0 || ls[i].epoch >= (1 << 23) || ls[i].batch < 0))
+                st = em__fail(EM_ERR_INVALID, "load_state: %s: dataloader %d stood at epoch %lld, batch %lld: not a "
+                              "position a run reaches (epochs are below 2^23)", path, i, (long long)ls[i].epoch,
+                              (long long)ls[i].batch);
             if (st == EM_OK && ls[i].batch > em_dataloader_len(acc->loaders[i].dl))
                 st = em__fail(EM_ERR_INVALID, "load_state: %s: dataloader %d stood at batch %lld, beyond its %lld "
                               "batches per epoch", path, i, (long long)ls[i].batch,

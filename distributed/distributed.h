@@ -215,6 +215,10 @@ typedef struct em_accelerator_opts {
     const char *project_dir;                 /**< automatic naming: `<project_dir>/checkpoints/checkpoint_<n>` */
     bool automatic_checkpoint_naming;        /**< save_state/load_state with dir NULL number checkpoints */
     int total_limit;                         /**< 0 -> keep all checkpoints */
+    /** load_state normally refuses a checkpoint saved with another mixed
+     * precision, accumulation, model class, parameter set or model config;
+     * true: it prints each difference and loads anyway. */
+    bool ignore_mismatched_config;
     em_ddp_opts ddp;                         /**< for the DDP companions */
     em_pg_opts pg;                           /**< for joining the world */
     em_grad_scaler_opts scaler;              /**< fp16 only; zero fields: torch's defaults */

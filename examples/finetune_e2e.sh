@@ -45,6 +45,22 @@ resume)
     cmp "$work/u/model.safetensors" "$work/r/model.safetensors" ||
         fail "the resumed run's weights differ from the uninterrupted run's"
     echo "ok: killed after checkpoint_6, resumed, final weights identical byte for byte"
+    # the checkpoints carry a manifest: a changed model config or precision is refused, a damaged file too
+    [ -f "$work/r/checkpoints/checkpoint_14/manifest.json" ] || fail "no manifest.json in the checkpoint"
+    "$seqcls" $args --output_dir "$work/r" --resume_from_checkpoint latest --heads 8 >"$work/h.log" 2>&1 &&
+        fail "resuming with --heads 8 was accepted"
+    grep -q "model 0's config" "$work/h.log" || { cat "$work/h.log"; fail "no config mismatch message"; }
+    "$seqcls" $args --output_dir "$work/r" --resume_from_checkpoint latest --mixed_precision no >"$work/p.log" 2>&1 &&
+        fail "resuming in another precision was accepted"
+    grep -q "saved with mixed_precision bf16, and this run has no" "$work/p.log" || { cat "$work/p.log"; fail "no precision message"; }
+    "$seqcls" $args --output_dir "$work/r2" --resume_from_checkpoint "$work/r/checkpoints/checkpoint_14" \
+        --mixed_precision no --ignore_mismatched_config >"$work/o.log" 2>&1 || { cat "$work/o.log"; fail "override"; }
+    grep -q "continuing (ignore_mismatched_config)" "$work/o.log" || { cat "$work/o.log"; fail "the override said nothing"; }
+    printf 'X' | dd of="$work/r/checkpoints/checkpoint_14/optimizer.safetensors" bs=1 seek=4000 conv=notrunc 2>/dev/null
+    "$seqcls" $args --output_dir "$work/r" --resume_from_checkpoint latest >"$work/d.log" 2>&1 &&
+        fail "a damaged checkpoint was resumed"
+    grep -q "optimizer.safetensors: CRC-32C" "$work/d.log" || { cat "$work/d.log"; fail "no damage message"; }
+    echo "ok: changed config, changed precision and a damaged byte refused; the override continues"
     n=$(ls "$work/r/checkpoints" | wc -l)
     [ "$n" -eq 2 ] || fail "checkpoints_total_limit 2 left $n checkpoints: $(ls "$work/r/checkpoints")"
     ;;

@@ -224,7 +224,8 @@ int main(int argc, char **argv)
     /* the program's own choice wins over `ember launch --mixed_precision`, as in Accelerate */
     em_accelerator *accelerator = em_accelerator_new(&(em_accelerator_opts){
         .mixed_precision = mp, .gradient_accumulation_steps = a.grad_accum, .project_dir = a.output_dir,
-        .automatic_checkpoint_naming = a.output_dir != NULL, .total_limit = a.total_limit });
+        .automatic_checkpoint_naming = a.output_dir != NULL, .total_limit = a.total_limit,
+        .ignore_mismatched_config = a.ignore_mismatched_config });
     if (!accelerator) DIE("%s", em_last_error());
     bool main_process = em_accelerator_is_main_process(accelerator);
 

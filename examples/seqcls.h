@@ -23,6 +23,7 @@ typedef struct seqcls_args {
     int64_t dim, layers, heads, hidden, train_size, dev_size;
     uint64_t seed;
     bool allow_fresh_encoder;            /* --allow_missing_weights: missing encoder tensors are only reported */
+    bool ignore_mismatched_config;       /* resume across a changed precision / accumulation / model config */
 } seqcls_args;
 
 /* Parses argv into *a; prints the problem and returns false on a bad command

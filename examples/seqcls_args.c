@@ -36,6 +36,7 @@ void seqcls_usage(FILE *f)
         "  --checkpointing_steps N|epoch        save the full training state every N optimizer steps or epoch\n"
         "  --checkpoints_total_limit N [0=all]  keep the newest N\n"
         "  --resume_from_checkpoint PATH|latest continue a run where its checkpoint left it\n"
+        "  --ignore_mismatched_config           resume even though precision, accumulation or model config changed\n"
         "evaluation and output:\n"
         "  --eval_steps N                       also evaluate every N optimizer steps (always: every epoch)\n"
         "  --output_dir DIR                     model, tokenizer files and all_results.json (main process)\n"
@@ -91,6 +92,7 @@ bool seqcls_parse_args(int argc, char **argv, seqcls_args *a)
         { "dim", I64, &a->dim }, { "layers", I64, &a->layers }, { "heads", I64, &a->heads },
         { "hidden", I64, &a->hidden }, { "train_size", I64, &a->train_size }, { "dev_size", I64, &a->dev_size },
         { "seed", U64, &a->seed }, { "allow_missing_weights", FLAG, &a->allow_fresh_encoder },
+        { "ignore_mismatched_config", FLAG, &a->ignore_mismatched_config },
     };
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];

@@ -829,6 +829,16 @@ static char *two_space_indent(const char *src)
 static int proc_rank = 0, proc_world = 1;
 void em__nn_set_process(int rank, int world) { proc_rank = rank, proc_world = world; }
 
+char *em__model_config_string(const em_module *m)
+{
+    em__head head;
+    const em__arch *a = m ? em__arch_of(m, &head) : NULL;
+    cJSON *j = a ? config_json(m, a, head) : NULL;
+    char *s = j ? cJSON_PrintUnformatted(j) : NULL;
+    cJSON_Delete(j);
+    return s;
+}
+
 em_status em_save_pretrained(const em_module *m, const char *dir)
 {
     /* Every rank writing the same checkpoint does world times the I/O and

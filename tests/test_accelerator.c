@@ -700,7 +700,10 @@ START_TEST(test_load_state_mismatch)
     ck_assert_ptr_nonnull(strstr(em_last_error(), "were prepared"));
     em_accelerator_free(acc);
 
-    /* a corrupt counters file */
+    /* a corrupt counters file (the manifest removed, as in a checkpoint of an
+     * older ember: the JSON's own checks are what is tested here) */
+    snprintf(path, sizeof path, "%s/manifest.json", dir);
+    ck_assert_int_eq(remove(path), 0);
     snprintf(path, sizeof path, "%s/accelerator_state.json", dir);
     FILE *f = fopen(path, "w");
     fputs("{\"format\": \"ember.accelerator_state/1\", \"world_size\": 1, \"step\": -3}", f);
@@ -713,6 +716,111 @@ START_TEST(test_load_state_mismatch)
     em_optimizer_free(opt);
     free(p);
     em_module_free(&m->base);
+    run_free(&r);
+    rm_rf(g_tmp);
+}
+END_TEST
+
+/* Rewrites a file of a checkpoint folder with one substitution (from -> to). */
+static void edit_file(const char *dir, const char *name, const char *from, const char *to)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "rb");
+    ck_assert_ptr_nonnull(f);
+    char buf[8192];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    char *at = strstr(buf, from);
+    ck_assert_msg(at != NULL, "%s has no \"%s\": %s", name, from, buf);
+    char out[8400];
+    snprintf(out, sizeof out, "%.*s%s%s", (int)(at - buf), buf, to, at + strlen(from));
+    f = fopen(path, "wb");
+    fputs(out, f);
+    fclose(f);
+}
+
+/* Checkpoint integrity: a manifest with every file's CRC-32C and the run's
+ * fingerprint. A flipped byte, another precision or accumulation, counters
+ * out of range, a foreign rank's file and NaN weights are all refused with
+ * the file named; ignore_mismatched_config overrides a changed setting. */
+START_TEST(test_checkpoint_integrity)
+{
+    make_tmp();
+    char dir[300], path[400];
+    snprintf(dir, sizeof dir, "%s/ckpt", g_tmp);
+    run r;
+    run_new(&r, &(em_accelerator_opts){ .mixed_precision = EM_MP_NO });
+    run_train(&r, 4);
+    ck_assert_int_eq(em_accelerator_save_state(r.acc, dir), EM_OK);
+    ck_assert(exists(dir, "manifest.json"));
+    ck_assert_msg(em_accelerator_load_state(r.acc, dir) == EM_OK, "an intact checkpoint: %s", em_last_error());
+
+    /* one flipped bit in the middle of the weights */
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    FILE *f = fopen(path, "r+b");
+    fseek(f, -6, SEEK_END);
+    int c = fgetc(f);
+    fseek(f, -6, SEEK_END);
+    fputc(c ^ 0x10, f);
+    fclose(f);
+    ck_assert_int_eq(em_accelerator_load_state(r.acc, dir), EM_ERR_FORMAT);
+    ck_assert_msg(strstr(em_last_error(), "model.safetensors: CRC-32C") && strstr(em_last_error(), "damaged"), "%s",
+                  em_last_error());
+    f = fopen(path, "r+b");
+    fseek(f, -6, SEEK_END);
+    fputc(c, f);
+    fclose(f);
+    ck_assert_int_eq(em_accelerator_load_state(r.acc, dir), EM_OK);
+
+    /* another mixed precision, another accumulation: refused, or overridden on request */
+    run o;
+    run_new(&o, &(em_accelerator_opts){ .mixed_precision = EM_MP_BF16 });
+    ck_assert_int_eq(em_accelerator_load_state(o.acc, dir), EM_ERR_INVALID);
+    ck_assert_msg(strstr(em_last_error(), "saved with mixed_precision no, and this run has bf16"), "%s", em_last_error());
+    run_free(&o);
+    run_new(&o, &(em_accelerator_opts){ .mixed_precision = EM_MP_NO, .gradient_accumulation_steps = 2 });
+    ck_assert_int_eq(em_accelerator_load_state(o.acc, dir), EM_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(em_last_error(), "gradient_accumulation_steps 1"));
+    run_free(&o);
+    run_new(&o, &(em_accelerator_opts){ .mixed_precision = EM_MP_BF16, .ignore_mismatched_config = true });
+    ck_assert_int_eq(tu_capture_stderr_begin(), 0);
+    em_status st = em_accelerator_load_state(o.acc, dir);
+    char *err = tu_capture_stderr_end();
+    ck_assert_int_eq(st, EM_OK);
+    ck_assert_msg(strstr(err, "mixed_precision was no when saved and is bf16 now"), "%s", err);
+    free(err);
+    run_free(&o);
+
+    /* without a manifest (an older checkpoint), the counters are still checked */
+    snprintf(path, sizeof path, "%s/manifest.json", dir);
+    ck_assert_int_eq(remove(path), 0);
+    edit_file(dir, "accelerator_state.json", "\"window_pos\":\t1", "\"window_pos\":\t99");
+    ck_assert_int_eq(em_accelerator_load_state(r.acc, dir), EM_ERR_INVALID);
+    ck_assert_msg(strstr(em_last_error(), "window_pos 99 does not fit"), "%s", em_last_error());
+    edit_file(dir, "accelerator_state.json", "\"window_pos\":\t99", "\"window_pos\":\t1");
+    edit_file(dir, "accelerator_state.json", "\"optimizer_steps\":\t[", "\"optimizer_steps\":\t[99");
+    ck_assert_int_eq(em_accelerator_load_state(r.acc, dir), EM_ERR_INVALID);
+    ck_assert_msg(strstr(em_last_error(), "more than the 4 micro-steps"), "%s", em_last_error());
+    edit_file(dir, "accelerator_state.json", "\"optimizer_steps\":\t[99", "\"optimizer_steps\":\t[");
+    edit_file(dir, "random_states_0.json", "\"rank\":\t0", "\"rank\":\t1");
+    ck_assert_int_eq(em_accelerator_load_state(r.acc, dir), EM_ERR_INVALID);
+    ck_assert_msg(strstr(em_last_error(), "says rank 1; it is rank 0's file"), "%s", em_last_error());
+    edit_file(dir, "random_states_0.json", "\"rank\":\t1", "\"rank\":\t0");
+    ck_assert_int_eq(tu_capture_stderr_begin(), 0);
+    st = em_accelerator_load_state(r.acc, dir);
+    err = tu_capture_stderr_end();
+    ck_assert_int_eq(st, EM_OK);
+    ck_assert_msg(strstr(err, "has no manifest.json"), "%s", err);
+    free(err);
+
+    /* NaN weights are saved (the run's own state), but never resumed from */
+    em_tensor *w = r.p[0];
+    EM_NO_GRAD { em_fill_(w, NAN); }
+    ck_assert_int_eq(em_accelerator_save_state(r.acc, dir), EM_OK);
+    ck_assert_int_eq(em_accelerator_load_state(r.acc, dir), EM_ERR_INVALID);
+    ck_assert_msg(strstr(em_last_error(), "holds a non-finite value (element 0)"), "%s", em_last_error());
     run_free(&r);
     rm_rf(g_tmp);
 }
@@ -990,6 +1098,7 @@ static Suite *make_suite(void)
     tcase_add_test(tc, test_save_load_bit_identical_fp16);
     tcase_add_test(tc, test_save_state_layout_and_overwrite);
     tcase_add_test(tc, test_load_state_mismatch);
+    tcase_add_test(tc, test_checkpoint_integrity);
     tcase_add_test(tc, test_automatic_naming_total_limit);
     tcase_add_test(tc, test_env_precedence);
     tcase_add_test(tc, test_no_leak_per_step);
