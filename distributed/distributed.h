@@ -350,6 +350,10 @@ em_tensor *em_accelerator_reduce(em_accelerator *acc, em_tensor *t, em_reduce_op
  *     random_states_<rank>.json                  each rank: its RNG state, its loaders' positions
  *     accelerator_state.json                     counters: step, optimizer_steps, iteration (the
  *                                                next automatic number), epoch, world_size, counts
+ *     manifest.json                              size and CRC-32C of every file above, and the run's
+ *                                                fingerprint (ember version, world size, mixed
+ *                                                precision, accumulation, each model's class,
+ *                                                parameter digest and config.json)
  *
  * (index i > 0 in prepare order). dir NULL: automatic naming
  * (`<project_dir>/checkpoints/checkpoint_<iteration>`; iteration += 1; then
@@ -357,9 +361,16 @@ em_tensor *em_accelerator_reduce(em_accelerator *acc, em_tensor *t, em_reduce_op
  * are not saved. Collective. */
 em_status em_accelerator_save_state(em_accelerator *acc, const char *dir);
 /** Restores all of the above from dir (NULL: the latest automatic
- * checkpoint), into objects prepared in the same order. A checkpoint that
- * does not fit (other parameter names or shapes, counts, world size) is
- * EM_ERR_INVALID naming the file and field. Collective. */
+ * checkpoint), into objects prepared in the same order. Before anything
+ * changes it verifies manifest.json: a file whose size or CRC-32C differs is
+ * EM_ERR_FORMAT naming it ("the file is damaged"); another mixed precision,
+ * accumulation, model class or model config is EM_ERR_INVALID naming the
+ * field (opts.ignore_mismatched_config: printed, then loaded). A folder
+ * without a manifest (an older ember's) loads with a warning. A checkpoint
+ * that does not fit (other parameter names or shapes, counts, world size),
+ * counters no run reaches (window_pos past the accumulation, more optimizer
+ * steps than micro-steps, another rank's random_states file) and non-finite
+ * weights are EM_ERR_INVALID naming the file and field. Collective. */
 em_status em_accelerator_load_state(em_accelerator *acc, const char *dir);
 /** The number the next automatic checkpoint gets. */
 int64_t em_accelerator_iteration(const em_accelerator *acc);
