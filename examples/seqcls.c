@@ -40,7 +40,6 @@
  * folder's missing ENCODER tensors are an error (--allow_missing_weights to
  * train anyway); a missing head is expected and reported. */
 #include "seqcls.h"
-#include "distributed/distributed.h"
 
 #include <dirent.h>
 #include <math.h>

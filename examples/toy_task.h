@@ -17,8 +17,7 @@
 #ifndef EMBER_EXAMPLES_TOY_TASK_H
 #define EMBER_EXAMPLES_TOY_TASK_H
 
-#include "ember.h"
-#include "distributed/distributed.h"   /* not (yet) in the umbrella header */
+#include "ember.h"   /* the umbrella header: distributed.h included */
 
 #include <stdint.h>
 #include <stdlib.h>
