@@ -96,7 +96,10 @@ bool em_remove_post_accumulate_grad_hook(em_tensor *leaf, em_post_accumulate_hoo
  * writes the worst mismatch into report (cap bytes) either way. */
 typedef em_tensor *(*em_gradcheck_fn)(int n, em_tensor **inputs, void *user);
 /** Runs the check on inputs[0..n) (f64; those that require grad are checked,
- * and their .grad is cleared first). report may be NULL. */
+ * and their .grad is cleared first). report may be NULL. eps, atol, rtol: 0
+ * means torch's defaults (1e-6, 1e-5, 1e-3); negative ones are misuse. An
+ * input that requires grad and is not f64 makes it return false at once,
+ * with the reason in report. */
 bool em_gradcheck(em_gradcheck_fn f, int n, em_tensor **inputs, void *user, double eps, double atol,
                   double rtol, char *report, size_t cap);
 

@@ -31,6 +31,23 @@ static em_tensor *objective(em_gradcheck_fn f, int n, em_tensor **inputs, void *
 bool em_gradcheck(em_gradcheck_fn f, int n, em_tensor **inputs, void *user, double eps, double atol, double rtol,
                   char *report, size_t cap)
 {
+    /* 0 means the default, as everywhere in ember (torch.autograd.gradcheck's values) */
+    if (eps == 0) eps = 1e-6;
+    if (atol == 0) atol = 1e-5;
+    if (rtol == 0) rtol = 1e-3;
+    if (!(eps > 0) || !(atol > 0) || !(rtol >= 0)) {
+        em__misuse("em_gradcheck", "eps %g, atol %g and rtol %g must be positive (0: the defaults 1e-6, 1e-5, 1e-3)",
+                   eps, atol, rtol);
+        return false;
+    }
+    /* central differences in f32 are noise at eps 1e-6: refuse instead of failing mysteriously */
+    for (int i = 0; i < n; i++)
+        if (inputs[i] && em_requires_grad(inputs[i]) && inputs[i]->dtype != EM_F64) {
+            if (report && cap)
+                snprintf(report, cap, "input %d is %s: gradcheck needs float64 inputs (em_to_dtype(x, EM_F64))", i,
+                         em_dtype_name(inputs[i]->dtype));
+            return false;
+        }
     em_tensor *w = NULL;
     double worst = 0;
     char where[256] = "no differentiable input";

@@ -369,6 +369,27 @@ START_TEST(gradcheck_every_op)
 END_TEST
 
 /* ---- conventions at kinks, padding_idx ------------------------------------------------------ */
+static em_tensor *f_cube(int n, em_tensor **in, void *user)
+{
+    (void)n, (void)user;
+    return em_mul(em_mul(in[0], in[0]), in[0]);
+}
+
+/* 0 for eps/atol/rtol means the defaults (it used to give "numeric -nan");
+ * a float32 input is refused with a reason instead of failing noisily. */
+START_TEST(defaults_and_f64_only)
+{
+    char report[256];
+    EM_SCOPE {
+        em_tensor *x = em_requires_grad_(em_randn(EM_SHAPE(5), EM_F64, EM_CPU), true);
+        ck_assert_msg(em_gradcheck(f_cube, 1, &x, NULL, 0, 0, 0, report, sizeof report), "%s", report);
+        em_tensor *y = em_requires_grad_(em_randn(EM_SHAPE(5), EM_F32, EM_CPU), true);
+        ck_assert(!em_gradcheck(f_cube, 1, &y, NULL, 0, 0, 0, report, sizeof report));
+        ck_assert_msg(strstr(report, "input 0 is float32: gradcheck needs float64 inputs"), "%s", report);
+    }
+}
+END_TEST
+
 START_TEST(maximum_ties_split_half)
 {
     EM_SCOPE {
@@ -586,6 +607,7 @@ int main(void)
     TCase *tc = tcase_create("ops");
     tcase_add_loop_test(tc, gradcheck_every_op, 0, EM_NUM_OPS);
     tcase_add_test(tc, maximum_ties_split_half);
+    tcase_add_test(tc, defaults_and_f64_only);
     tcase_add_test(tc, embedding_padding_rows_get_no_gradient);
     tcase_add_test(tc, same_graph_twice_gives_identical_gradients);
     tcase_add_test(tc, sdpa_forward_matches_loops);
