@@ -41,18 +41,18 @@ int main(void)
     em_dataloader_new(train, &(em_dataloader_opts){.batch_size = BATCH, .shuffle = true}, &train_dl);
     em_dataloader_new(dev, &(em_dataloader_opts){.batch_size = 64}, &dev_dl);
     toy_model *model = toy_model_new();
-    em_named_tensors named = em_module_named_parameters(&model->base);
-    em_tensor *params[16];
-    for (int i = 0; i < named.n; i++) params[i] = named.items[i].tensor;
-    em_optimizer *opt = em_adamw_new(params, named.n, &(em_adamw_opts){.lr = 1e-2});
-    em_named_tensors_free(&named);
+    int n_params;
+    em_tensor **params = em_module_parameters(&model->base, &n_params);   /* model.parameters() */
+    em_optimizer *opt = em_adamw_new(params, n_params, &(em_adamw_opts){.lr = 1e-2});
+    free(params);   /* the optimizer keeps its own references */
     if (!train_dl || !dev_dl || !model || !opt) {
         fprintf(stderr, "setup: %s\n", em_last_error());
         return 1;
     }
 
-    /* Rule 2: ONE prepare for everything. The scheduler is sized AFTER it,
-     * from the prepared (per-rank) loader length, in optimizer steps. */
+    /* Rule 2: prepare each object once. The scheduler is sized AFTER the
+     * loader is prepared, from its per-rank length in optimizer steps, and is
+     * prepared last, on its own. */
     if (em_accelerator_prepare(acc, &model->base, opt, train_dl, NULL) != EM_OK ||
         em_accelerator_prepare_dataloader(acc, dev_dl) != EM_OK) {
         fprintf(stderr, "prepare: %s\n", em_last_error());

@@ -83,11 +83,10 @@ int main(void)
      * options ride along. */
     em_accelerator *acc = em_accelerator_new(&(em_accelerator_opts){
         .mixed_precision = EM_MP_FP16, .scaler = {.growth_interval = GROWTH_INTERVAL}});
-    em_named_tensors named = em_module_named_parameters(&model->base);
-    em_tensor *params[16];
-    for (int i = 0; i < named.n; i++) params[i] = named.items[i].tensor;
-    em_optimizer *opt = em_adamw_new(params, named.n, &(em_adamw_opts){.lr = 1e-2});
-    em_named_tensors_free(&named);
+    int n_params;
+    em_tensor **params = em_module_parameters(&model->base, &n_params);   /* model.parameters() */
+    em_optimizer *opt = em_adamw_new(params, n_params, &(em_adamw_opts){.lr = 1e-2});
+    free(params);   /* the optimizer keeps its own references */
     em_scheduler *sched = em_linear_schedule_with_warmup(opt, 5, EPOCHS * em_dataloader_len(train_dl));
     if (!acc || !opt || !sched || em_accelerator_prepare(acc, &model->base, opt, train_dl, sched) != EM_OK ||
         em_accelerator_prepare_dataloader(acc, dev_dl) != EM_OK) {

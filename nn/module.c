@@ -155,6 +155,16 @@ em_named_tensors em_module_named_buffers(const em_module *m, bool include_nonper
     return w.out;
 }
 
+em_tensor **em_module_parameters(const em_module *m, int *n)
+{
+    em_named_tensors l = em_module_named_parameters(m);
+    em_tensor **p = malloc(sizeof *p * (size_t)(l.n ? l.n : 1));
+    for (int i = 0; p && i < l.n; i++) p[i] = l.items[i].tensor;
+    *n = p ? l.n : 0;
+    em_named_tensors_free(&l);
+    return p;
+}
+
 void em_named_tensors_free(em_named_tensors *l)
 {
     for (int i = 0; i < l->n; i++) free(l->items[i].name);

@@ -86,6 +86,12 @@ em_named_tensors em_module_named_parameters(const em_module *m);
 /** Persistent buffers (for checkpoints); all buffers when include_nonpersistent. */
 em_named_tensors em_module_named_buffers(const em_module *m, bool include_nonpersistent);
 void em_named_tensors_free(em_named_tensors *l);   /**< frees the names and the array (not the tensors) and zeroes *l */
+/** model.parameters(): m's parameters in em_module_named_parameters order, as
+ * a new array of *n borrowed pointers (the module keeps them); free() the
+ * array. NULL (and *n 0) only when out of memory.
+ *     int n; em_tensor **p = em_module_parameters(m, &n);
+ *     em_optimizer *opt = em_adamw_new(p, n, NULL); free(p); */
+em_tensor **em_module_parameters(const em_module *m, int *n);
 /** The parameter or persistent buffer with this dotted name, or NULL. */
 em_tensor *em_module_get(const em_module *m, const char *dotted_name);
 /** The child at a dotted path ("distilbert.transformer"), or NULL. */

@@ -39,6 +39,12 @@ START_TEST(dotted_names_in_registration_order)
     const char *want[] = {"encoder.0.weight", "encoder.0.bias", "encoder.1.weight", "encoder.1.bias", "head.weight", "head.bias"};
     ck_assert_int_eq(l.n, 6);
     for (int i = 0; i < 6; i++) ck_assert_str_eq(l.items[i].name, want[i]);
+    /* parameters(): the same tensors in the same order, no fixed-size array */
+    int n = -1;
+    em_tensor **p = em_module_parameters(m, &n);
+    ck_assert_int_eq(n, 6);
+    for (int i = 0; i < 6; i++) ck_assert_ptr_eq(p[i], l.items[i].tensor);
+    free(p);
     em_named_tensors_free(&l);
     ck_assert_int_eq(em_module_num_parameters(m, false), 12 + 4 + 16 + 4 + 8 + 2);
     ck_assert_ptr_eq(em_module_get(m, "encoder.1.bias"), ((lin *)em_module_child(m, "encoder.1"))->b);
