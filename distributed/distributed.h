@@ -464,6 +464,8 @@ typedef struct em_logger em_logger;
 em_logger *em_logger_new(em_accelerator *acc, const char *path);
 /** Appends {"step": step, names[i]: values[i], ...} (n pairs) as one line; a no-op off the main process. */
 em_status em_logger_log(em_logger *lg, int64_t step, int n, const char *const *names, const double *values);
+/** One scalar: em_logger_log with n = 1 (accelerator.log({name: value}, step=step)). */
+em_status em_logger_log_scalar(em_logger *lg, int64_t step, const char *name, double value);
 /** Closes the file and frees lg; NULL is ok. */
 void em_logger_free(em_logger *lg);
 
@@ -483,6 +485,8 @@ em_tb_writer *em_tb_writer_new(em_accelerator *acc, const char *logdir);
  * process. A NULL writer or a missing name is misuse. */
 em_status em_tb_writer_add_scalars(em_tb_writer *w, int64_t step, int n, const char *const *names,
                                    const double *values);
+/** One scalar (SummaryWriter.add_scalar(tag, value, step)): em_tb_writer_add_scalars with n = 1. */
+em_status em_tb_writer_add_scalar(em_tb_writer *w, int64_t step, const char *tag, double value);
 /** The event file's path (owned by w), or NULL on other ranks. */
 const char *em_tb_writer_path(const em_tb_writer *w);
 /** Closes the file and frees w; NULL is ok. */

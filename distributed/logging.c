@@ -114,3 +114,8 @@ void em_logger_free(em_logger *lg)
     free(lg->path);
     free(lg);
 }
+
+em_status em_logger_log_scalar(em_logger *lg, int64_t step, const char *name, double value)
+{
+    return em_logger_log(lg, step, 1, &name, &value);
+}

@@ -247,3 +247,8 @@ void em_tb_writer_free(em_tb_writer *w)
     free(w->path);
     free(w);
 }
+
+em_status em_tb_writer_add_scalar(em_tb_writer *w, int64_t step, const char *tag, double value)
+{
+    return em_tb_writer_add_scalars(w, step, 1, &tag, &value);
+}

@@ -178,10 +178,11 @@ START_TEST(logger_lines)
     /* a new logger appends */
     lg = em_logger_new(NULL, path);
     ck_assert_int_eq(em_logger_log(lg, 4, 1, names, (double[]){-1.25}), EM_OK);
+    ck_assert_int_eq(em_logger_log_scalar(lg, 5, "acc", 0.75), EM_OK);   /* one name, one value */
     em_logger_free(lg);
     s = read_file(path);
-    ck_assert_int_eq(count_lines(s), 4);
-    ck_assert_msg(strstr(s, "{\"step\": 3}\n{\"step\": 4, \"loss\": -1.25}\n"), "got: %s", s);
+    ck_assert_int_eq(count_lines(s), 5);
+    ck_assert_msg(strstr(s, "{\"step\": 3}\n{\"step\": 4, \"loss\": -1.25}\n{\"step\": 5, \"acc\": 0.75}\n"), "got: %s", s);
     free(s);
     em_logger_free(NULL);
     unlink(path);
@@ -357,9 +358,12 @@ START_TEST(tensorboard_events)
     ck_assert_int_eq(em_tb_writer_add_scalars(w, 1, 2, names, (double[]){0.6931, 2e-5}), EM_OK);
     ck_assert_int_eq(em_tb_writer_add_scalars(w, 300, 1, names + 2, (double[]){0.8016}), EM_OK);
     ck_assert_int_eq(em_tb_writer_add_scalars(w, 1LL << 40, 1, names, (double[]){-1.5}), EM_OK);
+    ck_assert_int_eq(em_tb_writer_add_scalar(w, 7, "eval/f1", 0.5), EM_OK);   /* add_scalar(tag, value, step) */
     tb_event ev[8];
     int n = read_events(path, ev, 8);   /* readable before the writer is freed */
-    ck_assert_int_eq(n, 4);
+    ck_assert_int_eq(n, 5);
+    ck_assert(ev[4].step == 7 && ev[4].n == 1 && ev[4].values[0] == 0.5f);
+    ck_assert_str_eq(ev[4].tags[0], "eval/f1");
     ck_assert_str_eq(ev[0].version, "brain.Event:2");
     ck_assert_int_eq(ev[0].n, 0);
     ck_assert(ev[0].wall > 1.7e9);   /* seconds since 1970, now */
