@@ -391,6 +391,14 @@ bool em_accelerator_next(em_accelerator *acc, em_dataloader *dl, em_batch *out)
     return true;
 }
 
+void em_accelerator_end_loop(em_accelerator *acc, em_dataloader *dl)
+{
+    ACC_CHECK(acc && dl, "em_accelerator_end_loop", , "%s is NULL", !acc ? "the accelerator" : "the dataloader");
+    int j = find_loader(acc, dl);
+    ACC_CHECK(j >= 0, "em_accelerator_end_loop", , "the dataloader was not prepared (em_accelerator_prepare)");
+    close_batch_scope(&acc->loaders[j]);
+}
+
 /* ---- accumulation --------------------------------------------------------------- */
 static void set_require_sync(em_accelerator *acc, em_module *only, bool sync)
 {

@@ -278,6 +278,20 @@ em_status em_accelerator_prepare_list(em_accelerator *acc, int n, const em_prepa
  * With plain em_dataloader_next the active loader is the prepared one whose
  * position changed since the accelerator last looked. */
 bool em_accelerator_next(em_accelerator *acc, em_dataloader *dl, em_batch *out);
+/** Leaving that loop early (break, max_train_steps, early stopping):
+ *
+ *     for (em_batch b; em_accelerator_next(acc, dl, &b);) {
+ *         ...
+ *         if (done) { em_accelerator_end_loop(acc, dl); break; }
+ *     }
+ *
+ * closes the batch scope em_accelerator_next opened (and any opened after it),
+ * so the last batch's tensors are freed now and em_scope_depth() is back where
+ * the loop began. Without it the scope stays open until dl's next
+ * em_accelerator_next or em_accelerator_free, which then closes it. The
+ * loader stays where it stopped: the next em_accelerator_next continues
+ * there. No-op when dl has no open batch scope. */
+void em_accelerator_end_loop(em_accelerator *acc, em_dataloader *dl);
 
 /** Divides loss by the length of the current accumulation window, scales it
  * under fp16, runs em_backward, and on sync steps finishes DDP's all-reduce

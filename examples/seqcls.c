@@ -402,7 +402,7 @@ int main(int argc, char **argv)
             }
             if (a.max_train_steps && step >= a.max_train_steps) {
                 done = true;
-                em_scope_end();   /* leaving the loop early: close the batch scope em_accelerator_next opened */
+                em_accelerator_end_loop(accelerator, loader);   /* leaving early: free this batch's scope */
                 break;
             }
         }

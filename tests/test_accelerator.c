@@ -423,6 +423,38 @@ END_TEST
 
 /* gather_for_metrics in a world of one: every sample exactly once; 0-d
  * tensors count as one row; the helpers of a world of one. */
+/* break out of the batch loop: em_accelerator_end_loop closes the open batch
+ * scope at once (depth back to where the loop began, the batch freed), and
+ * the loader continues where it stopped. */
+START_TEST(test_early_break_end_loop)
+{
+    int64_t base = tu_live_bytes();
+    toy_ds *ds = toy_new(12, 3);
+    em_dataloader *dl = loader(ds, 2, false);
+    em_accelerator *acc = em_accelerator_new(NULL);
+    ck_assert_int_eq(em_accelerator_prepare_dataloader(acc, dl), EM_OK);
+    int depth = em_scope_depth(), seen = 0;
+    for (em_batch b; em_accelerator_next(acc, dl, &b);) {
+        if (++seen == 2) {
+            ck_assert_int_eq(em_scope_depth(), depth + 1);   /* the batch's scope is open here */
+            em_accelerator_end_loop(acc, dl);
+            break;
+        }
+    }
+    ck_assert_int_eq(em_scope_depth(), depth);
+    em_accelerator_end_loop(acc, dl);   /* nothing open: a no-op */
+    ck_assert_int_eq(em_scope_depth(), depth);
+    ck_assert_int_eq(em_dataloader_state(dl).batch, 2);
+    int rest = 0;
+    for (em_batch b; em_accelerator_next(acc, dl, &b);) rest++;
+    ck_assert_int_eq(rest, 4);   /* 6 batches per epoch: it continued from batch 2 */
+    em_accelerator_free(acc);
+    em_dataloader_free(dl);
+    em_dataset_free(&ds->base);
+    ck_assert_int_eq(tu_live_bytes(), base);
+}
+END_TEST
+
 START_TEST(test_gather_for_metrics_single)
 {
     toy_ds *ds = toy_new(10, 1);
@@ -1094,6 +1126,7 @@ static Suite *make_suite(void)
     tcase_add_test(tc, test_bf16_autocast_region);
     tcase_add_test(tc, test_clip_grad_norm);
     tcase_add_test(tc, test_gather_for_metrics_single);
+    tcase_add_test(tc, test_early_break_end_loop);
     tcase_add_test(tc, test_save_load_bit_identical);
     tcase_add_test(tc, test_save_load_bit_identical_fp16);
     tcase_add_test(tc, test_save_state_layout_and_overwrite);
