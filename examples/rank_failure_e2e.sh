@@ -20,6 +20,7 @@ trap 'rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 last=$((np - 1))
 printf 'sentence\tlabel\nthe film\t1\nthe plot\t0\textra\n' >"$work/bad.tsv"
+printf '[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nthe\nfilm\nplot\n' >"$work/vocab.txt"
 cat >"$work/wrap.sh" <<WRAP
 #!/bin/sh
 # the last rank gets extra arguments: \$EXTRA
@@ -42,6 +43,6 @@ run_case() {   # name, expected text, EXTRA for the last rank, common args...
 
 run_case log "$work/nonexistent" "" --epochs 3 --log "$work/nonexistent/run.jsonl"
 run_case epochs "ended its program" "--epochs 1" --epochs 3
-run_case config "elements" "--dim 32" --epochs 1
-run_case data "bad.tsv:3" "--train $work/bad.tsv --dev $work/bad.tsv" --epochs 1
+run_case config "DDP needs the same model on every rank" "--dim 32" --epochs 1
+run_case data "bad.tsv:3" "--train $work/bad.tsv --dev $work/bad.tsv --vocab $work/vocab.txt" --epochs 1
 echo PASS

@@ -77,8 +77,9 @@ typedef struct em__arch {
 extern const em__arch em__distilbert_arch, em__bert_arch;
 /* The family and head of a model built by ember, or NULL. */
 const em__arch *em__arch_of(const em_module *m, em__head *head);
-/* m's config.json as one line of JSON (cJSON_free it), or NULL for a module
- * of no known family: the model part of a checkpoint's fingerprint. */
+/* m's config.json as one line of JSON, without problem_type (which the first
+ * loss sets), or NULL for a module of no known family (cJSON_free it): the
+ * model part of a checkpoint's fingerprint. */
 char *em__model_config_string(const em_module *m);
 
 /* JSON field readers: absent keys leave *out unchanged and return EM_OK; a

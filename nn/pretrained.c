@@ -834,6 +834,8 @@ char *em__model_config_string(const em_module *m)
     em__head head;
     const em__arch *a = m ? em__arch_of(m, &head) : NULL;
     cJSON *j = a ? config_json(m, a, head) : NULL;
+    /* problem_type is set by the first loss (as in transformers): state, not configuration */
+    if (j) cJSON_DeleteItemFromObjectCaseSensitive(j, "problem_type");
     char *s = j ? cJSON_PrintUnformatted(j) : NULL;
     cJSON_Delete(j);
     return s;
