@@ -191,12 +191,14 @@ static void write_results(const char *path, const metrics *m, int64_t epoch, int
     snprintf(tmp, sizeof tmp, "%s.tmp-seqcls", path);
     FILE *f = fopen(tmp, "w");
     if (!f) DIE("cannot write %s", tmp);
+    char loss[32] = "null";   /* JSON has no NaN: a run resumed after its last step trained nothing */
+    if (isfinite(train_loss)) snprintf(loss, sizeof loss, "%.6f", train_loss);
     fprintf(f,
             "{\n  \"eval_accuracy\": %.6f,\n  \"eval_f1\": %.6f,\n  \"eval_samples\": %lld,\n  \"epoch\": %lld,\n"
-            "  \"step\": %lld,\n  \"train_loss\": %.6f,\n  \"train_samples\": %lld,\n  \"train_runtime\": %.3f,\n"
+            "  \"step\": %lld,\n  \"train_loss\": %s,\n  \"train_samples\": %lld,\n  \"train_runtime\": %.3f,\n"
             "  \"num_processes\": %d,\n  \"mixed_precision\": \"%s\",\n"
             "  \"dev_accuracy\": %.6f,\n  \"dev_f1\": %.6f,\n  \"steps\": %lld,\n  \"train_s\": %.3f,\n  \"wall_s\": %.3f\n}\n",
-            m->accuracy, m->f1, (long long)m->n, (long long)epoch, (long long)steps, train_loss, (long long)n_train,
+            m->accuracy, m->f1, (long long)m->n, (long long)epoch, (long long)steps, loss, (long long)n_train,
             train_s, nproc, mp, m->accuracy, m->f1, (long long)steps, train_s, wall_s);
     if (fclose(f) != 0 || rename(tmp, path) != 0) {
         remove(tmp);
