@@ -37,13 +37,6 @@ static bool grow(void *p, size_t *cap, size_t need, size_t elem)
     return true;
 }
 
-static char *dup_str(const char *s)
-{
-    size_t n = strlen(s) + 1;
-    char *d = em__malloc(n);
-    if (d) memcpy(d, s, n);
-    return d;
-}
 
 /* A byte shown in a message: 'x' when printable ASCII, else 0xNN. */
 static const char *show_byte(unsigned char c, char out[8])
@@ -514,7 +507,7 @@ em_status em__table_parse(const char *name, char *buf, size_t len, em__table_kin
     t->buf = buf;
     buf[len] = 0;
     em_status st = EM_OK;
-    if (!(t->path = dup_str(name))) st = EM_ERR_OOM;
+    if (!(t->path = em__strdup(name))) st = EM_ERR_OOM;
     size_t start = len >= 3 && memcmp(buf, "\xEF\xBB\xBF", 3) == 0 ? 3 : 0;
     if (!st) st = check_text(t->path, buf, start, len, kind != EM__TABLE_JSONL);
     if (!st) {

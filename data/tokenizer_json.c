@@ -33,13 +33,6 @@ static char *join(const char *dir, const char *name)
     return p;
 }
 
-static char *dup_str(const char *s)
-{
-    size_t n = strlen(s) + 1;
-    char *p = em__malloc(n);
-    if (p) memcpy(p, s, n);
-    return p;
-}
 
 static bool file_exists(const char *path)
 {
@@ -597,7 +590,7 @@ static em_status parse_trunc_pad(const cJSON *root, const char *path, em_tokeniz
         info->truncation_max_length = (int)v;
         const cJSON *s = get(t, "strategy");
         if (s && !cJSON_IsString(s)) return bad_type(path, "truncation.strategy", "a string", s);
-        if (!(*strategy = dup_str(s ? s->valuestring : "LongestFirst"))) return EM_ERR_OOM;
+        if (!(*strategy = em__strdup(s ? s->valuestring : "LongestFirst"))) return EM_ERR_OOM;
         info->truncation_strategy = *strategy;
         const cJSON *stride = get(t, "stride");
         if (stride && (st = as_int(stride, path, "truncation.stride", 0, INT_MAX, &v))) return st;
@@ -895,7 +888,7 @@ int64_t em_tokenizer_model_max_length(const em_tokenizer *t) { return t ? t->inf
 /* mkdir -p */
 static em_status make_dirs(const char *dir)
 {
-    char *p = dup_str(dir);
+    char *p = em__strdup(dir);
     if (!p) return EM_ERR_OOM;
     em_status st = EM_OK;
     for (char *s = p + 1;; s++) {

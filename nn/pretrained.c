@@ -22,13 +22,6 @@ static pthread_once_t json_once = PTHREAD_ONCE_INIT;
 static const em__arch *const archs[] = {&em__distilbert_arch, &em__bert_arch};
 #define N_ARCHS (int)(sizeof archs / sizeof *archs)
 
-static char *str_dup(const char *s)
-{
-    size_t n = strlen(s) + 1;
-    char *d = em__malloc(n);
-    if (d) memcpy(d, s, n);
-    return d;
-}
 
 static char *path_join(const char *dir, const char *name)
 {
@@ -123,7 +116,7 @@ static char **labels_from_json(const cJSON *j, int n)
     cJSON_ArrayForEach(it, id2) {
         char *end;
         long id = strtol(it->string, &end, 10);
-        if (*end || id < 0 || id >= n || names[id] || !cJSON_IsString(it) || !(names[id] = str_dup(it->valuestring)))
+        if (*end || id < 0 || id >= n || names[id] || !cJSON_IsString(it) || !(names[id] = em__strdup(it->valuestring)))
             ok = false;
     }
     if (!ok) {
@@ -273,7 +266,7 @@ static em_status ckpt_add_file(ckpt *c, const char *dir, const char *name, int *
     if (f) c->files = f;
     char **fn = em__realloc(c->file_names, sizeof *fn * (size_t)(c->n_files + 1));
     if (fn) c->file_names = fn;
-    char *dup = str_dup(name);
+    char *dup = em__strdup(name);
     if (!path || !f || !fn || !dup) {
         em__free(path);
         em__free(dup);
@@ -296,7 +289,7 @@ static em_status ckpt_add_tensor(ckpt *c, const char *name, int file)
     if (nm) c->names = nm;
     int *fo = em__realloc(c->file_of, sizeof *fo * (size_t)(c->n + 1));
     if (fo) c->file_of = fo;
-    char *dup = nm && fo ? str_dup(name) : NULL;
+    char *dup = nm && fo ? em__strdup(name) : NULL;
     if (!dup) return em__fail(EM_ERR_OOM, "out of memory listing the checkpoint");
     c->names[c->n] = dup;
     c->file_of[c->n++] = file;
@@ -380,7 +373,7 @@ static bool list_push(char ***l, int *n, const char *s)
     char **nl = em__realloc(*l, sizeof *nl * (size_t)(*n + 1));
     if (!nl) return false;
     *l = nl;
-    if (!(nl[*n] = str_dup(s))) return false;
+    if (!(nl[*n] = em__strdup(s))) return false;
     (*n)++;
     return true;
 }
@@ -627,7 +620,7 @@ static em_status from_pretrained(const char *dir, const em_pretrained_opts *opts
     if (!s) s = check_model_size(arch, cfg, o.num_labels ? o.num_labels : cfg_labels, cfg_path);
     if (!s) s = ckpt_open(dir, &c);
     if (!s && !(m = arch->build(cfg, head))) s = em_last_status() ? em_last_status() : EM_ERR_OOM;
-    if (!s && report && !(r.model_class = str_dup(arch->class_name[head]))) s = em__fail(EM_ERR_OOM, "out of memory");
+    if (!s && report && !(r.model_class = em__strdup(arch->class_name[head]))) s = em__fail(EM_ERR_OOM, "out of memory");
     if (!s) s = load_state(m, arch, head, &c, dir, &o, report ? &r : NULL);
     if (!s && head == EM__HEAD_SEQCLS && (!o.num_labels || o.num_labels == cfg_labels)) {
         int *n;
@@ -707,7 +700,7 @@ void em_seqcls_set_labels(em_module *m, int n, const char *const *names)
     }
     char **l = em__calloc((size_t)n, sizeof *l);
     bool ok = l != NULL;
-    for (int i = 0; ok && i < n; i++) ok = names[i] && (l[i] = str_dup(names[i]));
+    for (int i = 0; ok && i < n; i++) ok = names[i] && (l[i] = em__strdup(names[i]));
     if (!ok) {   /* OOM: keep the old names */
         if (l) list_free(l, n);
         return;

@@ -42,6 +42,14 @@ void *em__malloc(size_t n)
     return p;
 }
 
+char *em__strdup(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *d = em__malloc(n);
+    if (d) memcpy(d, s, n);
+    return d;
+}
+
 void *em__calloc(size_t n, size_t size)
 {
     void *p = em__alloc_should_fail() ? NULL : calloc(n ? n : 1, size ? size : 1);

@@ -45,6 +45,8 @@ const char *em__dims_str(int ndim, const int64_t *shape);
 void *em__malloc(size_t n);
 void *em__calloc(size_t n, size_t size);
 void *em__realloc(void *p, size_t n);
+/* A copy of s in em__malloc memory (free with em__free); NULL on OOM (recorded). */
+char *em__strdup(const char *s);
 void em__free(void *p);
 bool em__alloc_should_fail(void);   /* consumes one tick of the fail-Nth switch */
 
