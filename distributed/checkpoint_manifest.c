@@ -160,8 +160,8 @@ em_status em__acc_manifest_write(em_accelerator *acc, const char *dir)
             st = em__fail(EM_ERR_INVALID, "save_state: path too long: %s", dir);
             break;
         }
-        uint32_t crc;
-        int64_t bytes;
+        uint32_t crc = 0;
+        int64_t bytes = 0;
         st = file_crc(path, &crc, &bytes);
         char hex[16];
         snprintf(hex, sizeof hex, "%08" PRIx32, crc);
@@ -300,8 +300,8 @@ em_status em__acc_manifest_verify(em_accelerator *acc, const char *dir)
             st = em__fail(EM_ERR_INVALID, "load_state: path too long: %s", dir);
             break;
         }
-        uint32_t crc;
-        int64_t size;
+        uint32_t crc = 0;
+        int64_t size = 0;
         st = file_crc(file, &crc, &size);
         if (st == EM_ERR_NOT_FOUND) st = em__fail(EM_ERR_FORMAT, "load_state: %s is missing (listed in %s)", file, path);
         char hex[16];
