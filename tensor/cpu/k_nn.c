@@ -431,9 +431,11 @@ int em_cpu_DROPOUT(const em_kargs *k)
             continue;
         }
         if (fast_bf16) {   /* the generic path's arithmetic: f32 product, rounded once to bf16 */
-            const uint16_t *xs = (const uint16_t *)xp + x->offset + e0;
-            uint16_t *ys = (uint16_t *)yp + y->offset + e0;
-            for (int64_t i = 0; i < len; i++) ys[i] = keep[i] ? em__f32_to_bf16(em__bf16_to_f32(xs[i]) * scale_f) : 0;
+            _Alignas(64) float xf[CHUNK];   /* vector converts (bitwise the scalar ones) around a simd loop */
+            em__convert_n(xf, EM_F32, (const uint16_t *)xp + x->offset + e0, EM_BF16, len);
+#pragma omp simd
+            for (int64_t i = 0; i < len; i++) xf[i] = keep[i] ? xf[i] * scale_f : 0.0f;
+            em__convert_n((uint16_t *)yp + y->offset + e0, EM_BF16, xf, EM_F32, len);
             continue;
         }
         for (int64_t i = 0; i < len; i++) {
