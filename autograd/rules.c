@@ -375,21 +375,25 @@ static void bw_cross_entropy(em_node *n, em_tensor *const *g, em_tensor **gin)
     gin[0] = em__cross_entropy_backward(g[0], IN(0), IN(1), OUT(1), n->saved.i[0], (em_reduction)n->saved.i[1]);
 }
 
-/* in: q, k, v, lens or NULL; out: o, lse (statistics: no gradient). The backend's
- * fused backward when it has one and takes the case (cuDNN: tensor/cuda/
- * k_sdpa_cudnn.cu); else the composed gradient, recomputing the weights P:
- * dV = P^T g, dS = softmax_backward(P, g V^T) (0 at masked keys, as the
- * composed forward's masked_fill gives), dQ = s dS K, dK = s dS^T Q. */
+/* in: q, k, v, lens or NULL; out: o, lse (statistics: no gradient); f[1], i[0],
+ * i[1]: the dropout p and its Philox key. The backend's fused backward when it
+ * has one and takes the case (the CPU's tensor/cpu/k_sdpa.c, cuDNN's tensor/
+ * cuda/k_sdpa_cudnn.cu); else the composed gradient, recomputing the weights
+ * P and their dropout Pd (the same mask): dV = Pd^T g, dS = softmax_backward(P,
+ * dropout(g V^T)) (0 at masked keys, as the composed forward's masked_fill
+ * gives), dQ = s dS K, dK = s dS^T Q. */
 static void bw_sdpa(em_node *n, em_tensor *const *g, em_tensor **gin)
 {
     em_tensor *q = IN(0), *k = IN(1), *v = IN(2), *lens = IN(3);
-    double scale = n->saved.f[0];
+    double scale = n->saved.f[0], p_drop = n->saved.f[1];
+    uint64_t seed = (uint64_t)n->saved.i[0], offset = (uint64_t)n->saved.i[1];
     const em_backend *be = em__backend((em_device_type)n->device.type);
     if (be && be->sdpa_bwd) {
         em_tensor *dout = em_contiguous(g[0]);
         em_tensor *dq = em_empty(GEOM(0), q->dtype, n->device), *dk = em_empty(GEOM(1), k->dtype, n->device);
         em_tensor *dv = em_empty(GEOM(2), v->dtype, n->device);
-        if (dout && dq && dk && dv && be->sdpa_bwd(dq, dk, dv, q, k, v, lens, scale, OUT(0), OUT(1), dout) == EM_OK) {
+        if (dout && dq && dk && dv &&
+            be->sdpa_bwd(dq, dk, dv, q, k, v, lens, scale, OUT(0), OUT(1), dout, p_drop, seed, offset) == EM_OK) {
             if (NEEDS(0)) gin[0] = dq;
             if (NEEDS(1)) gin[1] = dk;
             if (NEEDS(2)) gin[2] = dv;
@@ -404,9 +408,12 @@ static void bw_sdpa(em_node *n, em_tensor *const *g, em_tensor **gin)
                                          : s->dtype == EM_BF16 ? -3.3895313892515355e38 : -3.4028234663852886e38) : 0);
     }
     em_tensor *p = em_softmax(s, -1);
-    if (NEEDS(2)) gin[2] = em_matmul(em_transpose(p, 2, 3), g[0]);
+    em_tensor *pd = p_drop > 0 ? em_dropout(p, p_drop, seed, offset, NULL) : p;
+    if (NEEDS(2)) gin[2] = em_matmul(em_transpose(pd, 2, 3), g[0]);
     if (!NEEDS(0) && !NEEDS(1)) return;
-    em_tensor *ds = em__softmax_backward(p, em_matmul(g[0], em_transpose(v, 2, 3)), -1, false);
+    em_tensor *dpd = em_matmul(g[0], em_transpose(v, 2, 3));
+    if (p_drop > 0) dpd = em_dropout(dpd, p_drop, seed, offset, NULL);   /* the same mask and scale: [B,H,Sq,Sk] */
+    em_tensor *ds = em__softmax_backward(p, dpd, -1, false);
     if (keep) ds = em_masked_fill(ds, keep, 0);
     if (NEEDS(0)) gin[0] = em_mul_scalar(em_matmul(ds, k), scale);
     if (NEEDS(1)) gin[1] = em_mul_scalar(em_matmul(em_transpose(ds, 2, 3), q), scale);

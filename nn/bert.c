@@ -240,13 +240,17 @@ const em_bert_config *em_bert_model_config(const em_bert_model *m) { return &m->
 
 /* ---- forward ------------------------------------------------------------------------------------ */
 
-static em_tensor *layer_forward(bert_layer *l, em_tensor *x, em_tensor *m4)
+/* x: [B,S,D], or the packed [n,D] rows of plan (then only attention sees [B,S,D]) */
+static em_tensor *layer_forward(bert_layer *l, em_tensor *x, em_tensor *m4, const em__packing *plan)
 {
     em_tensor *r = NULL;
     em_scope_begin();
     double p = l->attn_dropout->base.training ? l->attn_dropout->p : 0.0;
-    em_tensor *ctx = em__mha_core(em_nn_linear_forward(l->query, x), em_nn_linear_forward(l->key, x),
-                                  em_nn_linear_forward(l->value, x), m4, l->n_heads, p);
+    em_tensor *q = em_nn_linear_forward(l->query, x), *k = em_nn_linear_forward(l->key, x);
+    em_tensor *v = em_nn_linear_forward(l->value, x);
+    if (plan) q = em__unpack_rows(plan, q), k = em__unpack_rows(plan, k), v = em__unpack_rows(plan, v);
+    em_tensor *ctx = em__mha_core(q, k, v, m4, l->n_heads, p);
+    if (plan) ctx = em__pack_rows(plan, ctx);
     em_tensor *a = em_nn_dropout_forward(l->attn_out_dropout, em_nn_linear_forward(l->attn_dense, ctx));
     a = em_nn_layer_norm_forward(l->attn_ln, em_add(a, x));
     em_tensor *h = em__activation(l->act, em_nn_linear_forward(l->inter_dense, a));
@@ -257,10 +261,12 @@ static em_tensor *layer_forward(bert_layer *l, em_tensor *x, em_tensor *m4)
     return r;
 }
 
-em_tensor *em_bert_model_forward(em_bert_model *m, em_tensor *ids, em_tensor *mask, em_tensor *types,
-                                 em_tensor **pooled)
+/* The encoder. first_only: the caller reads only the pooled output, so a right-padded
+ * batch may run on its real tokens (nn/unpad.c); the returned hidden states are then
+ * each sequence's first token, [B,D]. Otherwise [B,S,D], every position as HF. */
+static em_tensor *encode(em_bert_model *m, em_tensor *ids, em_tensor *mask, em_tensor *types, em_tensor **pooled,
+                         bool first_only, const char *op)
 {
-    static const char op[] = "em_bert_model_forward";
     if (pooled) *pooled = NULL;
     EM_PROPAGATE_NULL(ids);
     EM_CHECK(ids->ndim == 2 && (ids->dtype == EM_I64 || ids->dtype == EM_I32), op,
@@ -282,10 +288,14 @@ em_tensor *em_bert_model_forward(em_bert_model *m, em_tensor *ids, em_tensor *ma
         /* HF's order: (word + token_type) + position */
         em_tensor *x = em_add(em_nn_embedding_forward(e->word, ids), em_nn_embedding_forward(e->token_type, tt));
         x = em_add(x, em_nn_embedding_forward(e->position, pos));
+        em__packing plan;
+        bool packed = first_only && x && em__pack_plan(mask, B, S, &plan);
+        if (packed) x = em__pack_rows(&plan, x);
         x = em_nn_dropout_forward(e->dropout, em_nn_layer_norm_forward(e->ln, x));
-        for (int64_t i = 0; i < m->config.num_hidden_layers; i++) x = layer_forward(m->layer[i], x, m4);
+        for (int64_t i = 0; i < m->config.num_hidden_layers; i++) x = layer_forward(m->layer[i], x, m4, packed ? &plan : NULL);
+        if (first_only) x = packed ? em_index_select(x, 0, plan.first) : em_select(x, 1, 0);
         if (x && pooled && m->pooler) {
-            p = em_tanh(em_nn_linear_forward(m->pooler, em_select(x, 1, 0)));
+            p = em_tanh(em_nn_linear_forward(m->pooler, first_only ? x : em_select(x, 1, 0)));
             if (p) em_keep(p);
             else x = NULL;
         }
@@ -294,6 +304,12 @@ em_tensor *em_bert_model_forward(em_bert_model *m, em_tensor *ids, em_tensor *ma
     em_scope_end();
     if (pooled) *pooled = r ? p : NULL;
     return r;
+}
+
+em_tensor *em_bert_model_forward(em_bert_model *m, em_tensor *ids, em_tensor *mask, em_tensor *types,
+                                 em_tensor **pooled)
+{
+    return encode(m, ids, mask, types, pooled, false, "em_bert_model_forward");
 }
 
 em_seqcls_output em_bert_seqcls_forward(em_bert_seqcls *m, const em_seqcls_inputs *in)
@@ -306,7 +322,7 @@ em_seqcls_output em_bert_seqcls_forward(em_bert_seqcls *m, const em_seqcls_input
     }
     em_scope_begin();
     em_tensor *pooled = NULL;
-    em_tensor *h = em_bert_model_forward(m->bert, in->input_ids, in->attention_mask, in->token_type_ids, &pooled);
+    em_tensor *h = encode(m->bert, in->input_ids, in->attention_mask, in->token_type_ids, &pooled, true, op);
     em_tensor *logits = h ? em_nn_linear_forward(m->classifier, em_nn_dropout_forward(m->dropout, pooled)) : NULL;
     em_tensor *loss = NULL;
     if (logits && in->labels)

@@ -45,6 +45,21 @@ em_tensor *em__mha_core(em_tensor *q, em_tensor *k, em_tensor *v, em_tensor *mas
  * x is checked by the caller. */
 em_tensor *em__mhsa_forward4(em_nn_mhsa *a, em_tensor *x, em_tensor *mask4);
 em_tensor *em__block_forward4(em_nn_transformer_block *b, em_tensor *x, em_tensor *mask4);
+/* ---- unpadding (nn/unpad.c) ------------------------------------------------------- */
+/* The real tokens of a right-padded batch: pack (i64 [n]) lists each real token's
+ * padded row b*S+s in order; unpack (i64 [B*S]) gives each padded row's packed row
+ * (a padding row gets its sequence's first); first (i64 [B]) each sequence's first
+ * packed row. Tensors belong to the scope open at em__pack_plan. */
+typedef struct em__packing {
+    int64_t B, S, n;
+    em_tensor *pack, *unpack, *first;
+} em__packing;
+/* false (plan zeroed) unless mask is a CPU [B,S] mask whose rows are non-empty
+ * prefixes of ones and some padding exists: then the caller keeps the padded path. */
+bool em__pack_plan(em_tensor *mask, int64_t B, int64_t S, em__packing *plan);
+em_tensor *em__pack_rows(const em__packing *plan, em_tensor *x);     /* [B,S,D] -> [n,D] (recorded) */
+em_tensor *em__unpack_rows(const em__packing *plan, em_tensor *x);   /* [n,D] -> [B,S,D] (recorded) */
+
 /* Draws (seed, first counter) for a dropout over n elements from the global stream. */
 void em__dropout_key(int64_t n, uint64_t *seed, uint64_t *offset);
 

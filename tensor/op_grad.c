@@ -138,7 +138,8 @@ em_tensor *em__sdpa_lens_mask(em_tensor *lens, int64_t sk)
     return r;
 }
 
-em_tensor *em__sdpa(em_tensor *q, em_tensor *k, em_tensor *v, em_tensor *lens)
+em_tensor *em__sdpa(em_tensor *q, em_tensor *k, em_tensor *v, em_tensor *lens, double dropout_p, uint64_t seed,
+                    uint64_t offset)
 {
     static const char op[] = "em__sdpa";
     EM_PROPAGATE_NULL(q, k, v);
@@ -153,6 +154,8 @@ em_tensor *em__sdpa(em_tensor *q, em_tensor *k, em_tensor *v, em_tensor *lens)
                        (lens->dtype == EM_I32 || lens->dtype == EM_I64) && em_device_eq(lens->device, q->device)),
              op, "lens must be i32/i64 [%lld] on q's device, got %s %s", (long long)q->shape[0],
              lens ? em_dtype_name(lens->dtype) : "", lens ? em__shape_str(lens) : "");
+    EM_CHECK(dropout_p >= 0.0 && dropout_p < 1.0, op, "dropout_p must be in [0, 1), got %g", dropout_p);
+    EM_CHECK(k->shape[2] > 0, op, "k and v have no keys (%s)", em__shape_str(k));
     em_tensor *r = NULL;
     em_scope_begin();
     em_tensor *l32 = lens ? em_contiguous(em_to_dtype(lens, EM_I32)) : NULL;
@@ -161,19 +164,21 @@ em_tensor *em__sdpa(em_tensor *q, em_tensor *k, em_tensor *v, em_tensor *lens)
     em_tensor *out = em__empty(4, oshape, q->dtype, q->device), *lse = em__empty(4, lshape, EM_F32, q->device);
     if (out && lse && (!lens || l32)) {
         em_kargs ka = {.op = EM_OP_SDPA, .in = {q, k, v, l32}, .out = {out, lse},
-                       .f = {1.0 / sqrt((double)q->shape[3])}};
+                       .f = {1.0 / sqrt((double)q->shape[3]), dropout_p}, .i = {(int64_t)seed, (int64_t)offset}};
         em_status s = em__dispatch(&ka);
         if (s == EM_OK) r = em_keep(out);
         else if (s == EM_ERR_UNSUPPORTED)   /* the backend declined (no error set): compose */
-            r = em_keep(sdpa_composed(q, k, v, lens ? em__sdpa_lens_mask(l32, k->shape[2]) : NULL, 0.0, 0, 0));
+            r = em_keep(sdpa_composed(q, k, v, lens ? em__sdpa_lens_mask(l32, k->shape[2]) : NULL, dropout_p, seed,
+                                      offset));
     }
     em_scope_end();
     return r;
 }
 
-/* Key lengths from a key-padding mask, for the fused path, cached for the
- * last mask seen on this thread (the layers of one forward share it, so the
- * device-to-host read happens once per forward). The cache holds an alias
+/* Key lengths from a key-padding mask, for the fused path. A device mask's
+ * are cached for the last mask seen on this thread (the layers of one forward
+ * share it, so the device-to-host read happens once per forward); a CPU
+ * mask's are computed each call (a scan of B x Sk bytes), uncached. The cache holds an alias
  * of the mask, so its storage cannot be freed and reused under the key.
  * Returns true with *lens (scope-owned i32 [B] on q's device) when the mask
  * is constant over heads and query rows and every batch row keeps a
@@ -195,7 +200,9 @@ static bool key_lengths(em_tensor *mask, em_tensor *q, int64_t sk, em_tensor **l
     int64_t B = q->shape[0], shape[4] = {1, 1, 1, 1};
     for (int d = 0; d < mask->ndim; d++) shape[4 - mask->ndim + d] = mask->shape[d];
     if (shape[1] != 1 || shape[2] != 1 || shape[3] != sk) return false;
-    if (lens_cache.mask && same_geometry(lens_cache.mask, mask) && lens_cache.version == mask->storage->version) {
+    bool cache = mask->device.type != EM_DEVICE_CPU;   /* a CPU mask is read in place: nothing to save */
+    if (cache && lens_cache.mask && same_geometry(lens_cache.mask, mask) &&
+        lens_cache.version == mask->storage->version) {
         *lens = lens_cache.lens;
         return *lens != NULL;
     }
@@ -217,6 +224,10 @@ static bool key_lengths(em_tensor *mask, em_tensor *q, int64_t sk, em_tensor **l
     if (fresh) em_retain(fresh);
     em__free(l);
     em_scope_end();
+    if (!cache) {   /* hand the reference to the caller's scope */
+        *lens = fresh ? em__scope_adopt(fresh) : NULL;
+        return fresh != NULL;
+    }
     em_tensor *alias = em__alias(mask);
     if (!alias) {
         em_release(fresh);
@@ -259,16 +270,30 @@ em_tensor *em_scaled_dot_product_attention(em_tensor *q, em_tensor *k, em_tensor
                      !memcmp(bs, sshape, sizeof sshape),
                  op, "mask %s does not broadcast to the scores %s", em__shape_str(mask), em__dims_str(4, sshape));
     }
-    /* The fused path (op SDPA, cuDNN on CUDA: tensor/cuda/k_sdpa_cudnn.cu): CUDA
-     * half types, no dropout (ember's Philox masks must match the CPU's bit for
-     * bit, which cuDNN's dropout would not), a head dim cuDNN takes, and no mask
-     * or a right-padding key mask. em__sdpa composes the same ops when cuDNN
-     * declines the shape. Everything else, the CPU included, composes below. */
+    /* The fused path, op SDPA, for no mask or a right-padding key mask (and at
+     * least one key):
+     *   - the CPU: every float dtype, with or without dropout (tensor/cpu/k_sdpa.c,
+     *     the same Philox mask as the composed path's em_dropout);
+     *   - CUDA: cuDNN (tensor/cuda/k_sdpa_cudnn.cu) for half types without dropout
+     *     (ember's Philox masks must match the CPU's bit for bit, which cuDNN's
+     *     dropout would not) and a head dim cuDNN takes; em__sdpa composes the
+     *     same ops when cuDNN declines the shape.
+     * Everything else composes below. */
     int64_t dh = q->shape[3];
-    if (dropout_p == 0.0 && q->device.type == EM_DEVICE_CUDA && (q->dtype == EM_F16 || q->dtype == EM_BF16) &&
-        dh % 8 == 0 && dh <= 128) {
-        em_tensor *lens = NULL;
-        if (!mask || key_lengths(mask, q, k->shape[2], &lens)) return em__sdpa(q, k, v, lens);
+    bool cpu = q->device.type == EM_DEVICE_CPU;
+    if (k->shape[2] > 0 &&
+        (cpu || (dropout_p == 0.0 && q->device.type == EM_DEVICE_CUDA && (q->dtype == EM_F16 || q->dtype == EM_BF16) &&
+                 dh % 8 == 0 && dh <= 128))) {
+        em_tensor *lens = NULL, *r = NULL;
+        bool fused = false;
+        em_scope_begin();   /* owns a CPU mask's lens */
+        if (!mask || key_lengths(mask, q, k->shape[2], &lens)) {
+            fused = true;
+            r = em__sdpa(q, k, v, lens, dropout_p, seed, offset);
+            if (r) em_keep(r);
+        }
+        em_scope_end();
+        if (fused) return r;
     }
     return sdpa_composed(q, k, v, mask, dropout_p, seed, offset);
 }

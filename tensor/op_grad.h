@@ -24,25 +24,28 @@ em_tensor *em__embedding_ex(em_tensor *weight, em_tensor *ids, int64_t padding_i
  * NULL or bool broadcastable to [B,H,Sq,Sk] — typically [B,1,1,Sk], true =
  * attend (keep). dropout_p in [0,1); the dropout mask is keyed by (seed,
  * offset) like em_dropout's. Returns [B,H,Sq,Dh].
- * On the CPU, and with dropout or an f32/f64 dtype anywhere, it is composed
- * from recorded ops (matmul, mul, masked_fill, softmax, dropout, matmul), so
- * its backward comes from their rules (it stores the [B,H,Sq,Sk] weights).
- * On CUDA with f16/bf16, no dropout, Dh a multiple of 8 up to 128 and a mask
- * that is NULL or a right-padding key mask (constant over heads and query
- * rows, each row a non-empty prefix of keys; read to the host once per mask,
- * cached) it runs em__sdpa: cuDNN's fused flash attention, one node. */
+ * With a mask that is NULL or a right-padding key mask (constant over heads
+ * and query rows, each row a non-empty prefix of keys; read to the host once
+ * per mask, cached) it runs em__sdpa, one autograd node: on the CPU for every
+ * float dtype, dropout included (tensor/cpu/k_sdpa.c); on CUDA with f16/bf16,
+ * no dropout and Dh a multiple of 8 up to 128 (cuDNN's flash attention).
+ * Otherwise it is composed from recorded ops (matmul, mul, masked_fill,
+ * softmax, dropout, matmul), whose backward stores the [B,H,Sq,Sk] weights.
+ * Both paths drop the same weights; they differ only by rounding (the fused
+ * CPU kernel computes in f32, or f64 for f64, and rounds its output once). */
 em_tensor *em_scaled_dot_product_attention(em_tensor *q, em_tensor *k, em_tensor *v, em_tensor *mask,
                                            double dropout_p, uint64_t seed, uint64_t offset);
 
 /* The fused attention op SDPA (tensor/ops.h), recorded as ONE autograd node:
- * softmax((q / sqrt(D)) k^T, keys j >= lens[b] filled with finfo(dtype).min) v,
- * which is em_scaled_dot_product_attention with the mask j < lens[b] and no
- * dropout. q [B,H,Sq,D], k and v [B,H,Sk,D]; lens NULL or i32/i64 [B] on q's
- * device. When the device's kernel declines the case (cuDNN takes only f16 and
- * bf16, some head dims and layouts) it returns the composed ops' result
- * instead. On the CPU it runs the loop kernel (tensor/cpu/k_sdpa.c); the
- * public op does not use it there. */
-em_tensor *em__sdpa(em_tensor *q, em_tensor *k, em_tensor *v, em_tensor *lens);
+ * dropout(softmax((q / sqrt(D)) k^T, keys j >= lens[b] filled with
+ * finfo(dtype).min), dropout_p, seed, offset) v, which is
+ * em_scaled_dot_product_attention with the mask j < lens[b]. q [B,H,Sq,D], k
+ * and v [B,H,Sk,D] (Sk > 0); lens NULL or i32/i64 [B] on q's device;
+ * dropout_p in [0, 1). When the device's kernel declines the case (cuDNN takes
+ * only f16 and bf16 without dropout, some head dims and layouts) it returns
+ * the composed ops' result instead. On the CPU it runs tensor/cpu/k_sdpa.c. */
+em_tensor *em__sdpa(em_tensor *q, em_tensor *k, em_tensor *v, em_tensor *lens, double dropout_p, uint64_t seed,
+                    uint64_t offset);
 /* The bool key mask [B,1,1,Sk] (j < lens[b]) of lens [B] (for the rule and the fallback). */
 em_tensor *em__sdpa_lens_mask(em_tensor *lens, int64_t sk);
 

@@ -35,15 +35,19 @@ static bool check_indices(const char *op, em_tensor *index, int64_t size, int di
     }
     const size_t es = em_dtype_size(h->dtype);
     const char *base = (const char *)h->storage->data + h->offset * (int64_t)es;
-    int64_t pos[EM_MAX_DIMS] = {0}, off = 0, bad = 0;
+    int64_t pos[EM_MAX_DIMS] = {0}, shape[EM_MAX_DIMS], off = 0, bad = 0, distinct = 1;
+    for (int d = 0; d < h->ndim; d++) {   /* a broadcast dim (stride 0) repeats values: read each once */
+        shape[d] = h->stride[d] == 0 ? 1 : h->shape[d];
+        distinct *= shape[d];
+    }
     bool ok = true;
-    for (int64_t e = 0; e < n && ok; e++) {
+    for (int64_t e = 0; e < distinct && ok; e++) {
         const char *p = base + off * (int64_t)es;
         int64_t v = h->dtype == EM_I32 ? *(const int32_t *)p : *(const int64_t *)p;
         if (v < 0 || v >= size) { ok = false; bad = v; }
         for (int d = h->ndim - 1; d >= 0; d--) {
             off += h->stride[d];
-            if (++pos[d] < h->shape[d]) break;
+            if (++pos[d] < shape[d]) break;
             off -= pos[d] * h->stride[d];
             pos[d] = 0;
         }

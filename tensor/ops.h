@@ -77,12 +77,14 @@ struct em_tensor;
     /* RAND U[f0,f1), RANDN N(f0,f1), BERNOULLI p=f0 (bool): out[0]; i[0]=seed, i[1]=offset\
        (the first Philox counter; element e uses counter offset + e/4, lane e%4) */      \
     X(RAND) X(RANDN) X(BERNOULLI)                                                        \
-    /* SDPA: fused attention softmax(f[0] q k^T, keys >= lens[b] filled with the dtype's   \
-       lowest finite value) v. in[0]=q [B,H,Sq,D], in[1]=k, in[2]=v [B,H,Sk,D] (one float \
-       dtype, any strides), in[3]=lens i32 [B] (key padding: keys j >= lens[b] masked) or \
-       NULL -> out[0] [B,H,Sq,D], out[1]=lse f32 [B,H,Sq,1] (logsumexp of the masked     \
-       scaled scores). A backend may decline a case with EM_ERR_UNSUPPORTED, no error  \
-       set (cuDNN's engine: half types only); em__sdpa then composes it (op_grad.c). */  \
+    /* SDPA: fused attention dropout(softmax(f[0] q k^T, keys >= lens[b] filled with the \
+       dtype's lowest finite value), f[1]) v. in[0]=q [B,H,Sq,D], in[1]=k, in[2]=v       \
+       [B,H,Sk,D] (one float dtype, any strides), in[3]=lens i32 [B] (key padding: keys  \
+       j >= lens[b] masked) or NULL; f[1] the dropout p in [0,1) on the [B,H,Sq,Sk]     \
+       weights, keyed like DROPOUT by i[0]=seed, i[1]=offset -> out[0] [B,H,Sq,D],      \
+       out[1]=lse f32 [B,H,Sq,1] (logsumexp of the masked scaled scores). A backend may \
+       decline a case with EM_ERR_UNSUPPORTED, no error set (cuDNN's engine: half types \
+       only, no dropout); em__sdpa then composes it (op_grad.c). */                      \
     X(SDPA)                                                                              \
     /* LINEAR: y = x w^T + b. in[0]=b [N] or NULL, in[1]=x [M,K], in[2]=w [N,K], one    \
        float dtype, any strides (the op hands GEMM-ready x and w: one stride 1) ->     \

@@ -222,8 +222,9 @@ F(scatter_add, em_scatter_add(x[0], 0, x[1], x[2]))
 
 MK(sdpa, x[0] = R(EM_SHAPE(2, 2, 3, 4), -1, 1); x[1] = R_t(EM_SHAPE(2, 2, 3, 4), -1, 1);
    x[2] = R(EM_SHAPE(2, 2, 3, 4), -1, 1); x[3] = em_from_data((const int32_t[]){3, 2}, EM_SHAPE(2), EM_I32))
-F(sdpa_fused, em__sdpa(x[0], x[1], x[2], x[3]))
-F(sdpa_fused_nomask, em__sdpa(x[0], x[1], x[2], NULL))
+F(sdpa_fused, em__sdpa(x[0], x[1], x[2], x[3], 0.0, 0, 0))
+F(sdpa_fused_nomask, em__sdpa(x[0], x[1], x[2], NULL, 0.0, 0, 0))
+F(sdpa_fused_dropout, em__sdpa(x[0], x[1], x[2], x[3], 0.3, 5, 9))
 
 typedef struct gc_case {
     em_op op;
@@ -304,6 +305,7 @@ static const gc_case cases[] = {
     C(CROSS_ENTROPY, "cross_entropy none", 2, ce, ce_none),
     C(SDPA, "fused sdpa [2,2,3,4], transposed k, key lengths (3, 2)", 4, sdpa, sdpa_fused),
     C(SDPA, "fused sdpa without a mask", 3, sdpa, sdpa_fused_nomask),
+    C(SDPA, "fused sdpa, key lengths (3, 2), dropout p=0.3", 4, sdpa, sdpa_fused_dropout),
     C(CAT, "cat dim 1 with a transposed input and a legacy [0]", 4, cat, cat),
     C(CAT, "stack dim 0", 1, x34, stack),
     C(CAT, "stack dim 2, mixed layouts", 4, cat, stack_mixed),
@@ -601,6 +603,102 @@ START_TEST(sdpa_gradcheck_with_padding_mask_and_dropout)
 }
 END_TEST
 
+/* The fused CPU kernel (em__sdpa, tensor/cpu/k_sdpa.c) against the composed ops written out here:
+ * the same dropout mask, so forward and every gradient agree to rounding (f64), and to f32
+ * rounding in f32. The public op takes the fused path for a right-padding mask: its result is
+ * em__sdpa's, bit for bit, and it does not depend on the thread count. */
+/* max |a - b| over max |b| (normwise), via doubles */
+static double max_rel_err(em_tensor *a, em_tensor *b)
+{
+    ck_assert_int_eq(em_numel(a), em_numel(b));
+    double *x = tu_to_doubles(a), *y = tu_to_doubles(b), num = 0, den = 0;
+    for (int64_t i = 0; i < em_numel(a); i++) {
+        num = fmax(num, fabs(x[i] - y[i]));
+        den = fmax(den, fabs(y[i]));
+    }
+    free(x), free(y);
+    return num / (den > 0 ? den : 1);
+}
+
+static bool bytes_equal(em_tensor *a, em_tensor *b)
+{
+    if (a->dtype != b->dtype || em_numel(a) != em_numel(b)) return false;
+    em_tensor *ca = em_contiguous(a), *cb = em_contiguous(b);
+    return !memcmp(em_data_ptr(ca), em_data_ptr(cb), (size_t)em_numel(a) * em_dtype_size(a->dtype));
+}
+
+static em_tensor *composed_by_hand(em_tensor *q, em_tensor *k, em_tensor *v, em_tensor *mask, double p, uint64_t seed,
+                                   uint64_t off)
+{
+    em_tensor *s = em_mul_scalar(em_matmul(q, em_transpose(k, 2, 3)), 1.0 / sqrt((double)q->shape[3]));
+    s = em_masked_fill(s, em_eq(mask, em_scalar(0, EM_BOOL, EM_CPU)), q->dtype == EM_F64 ? -1.7976931348623157e308 : -3.4028234663852886e38);
+    return em_matmul(em_dropout(em_softmax(s, -1), p, seed, off, NULL), v);
+}
+
+START_TEST(sdpa_fused_cpu_matches_composed_with_dropout)
+{
+    const em_dtype dts[2] = {EM_F64, EM_F32};
+    for (int di = 0; di < 2; di++) EM_SCOPE {
+            em_dtype dt = dts[di];
+            const int64_t Bn = 2, Hn = 3, Sq = 5, Sk = 7, Dn = 8;
+            em_tensor *x[3], *y[3];
+            for (int i = 0; i < 3; i++) {
+                int64_t s = i == 0 ? Sq : Sk;
+                /* [B,S,H,D] storage seen as [B,H,S,D]: the layout of the model's head split */
+                em_tensor *base = em_to_dtype(R(EM_SHAPE(Bn, s, Hn, Dn), -1, 1), dt);
+                x[i] = em_requires_grad_(em_detach(em_clone(base)), true);
+                y[i] = em_requires_grad_(em_detach(em_clone(base)), true);
+            }
+            em_tensor *xq = em_transpose(x[0], 1, 2), *xk = em_transpose(x[1], 1, 2), *xv = em_transpose(x[2], 1, 2);
+            em_tensor *yq = em_transpose(y[0], 1, 2), *yk = em_transpose(y[1], 1, 2), *yv = em_transpose(y[2], 1, 2);
+            uint8_t keep[2][7] = {{1, 1, 1, 1, 1, 1, 1}, {1, 1, 1, 0, 0, 0, 0}};
+            em_tensor *mask = B(EM_SHAPE(Bn, 1, 1, Sk), &keep[0][0]);
+            em_tensor *lens = em_from_data((const int32_t[]){7, 3}, EM_SHAPE(2), EM_I32);
+            em_tensor *fused = em__sdpa(xq, xk, xv, lens, 0.25, 42, 1000);
+            em_tensor *ref = composed_by_hand(yq, yk, yv, mask, 0.25, 42, 1000);
+            ck_assert_int_eq(fused->dtype, dt);
+            double tol = dt == EM_F64 ? 1e-13 : 2e-6;
+            double e = max_rel_err(fused, ref);
+            ck_assert_msg(e <= tol, "%s: fused vs composed forward: %g", em_dtype_name(dt), e);
+            /* the same elements are dropped: exact zeros of a column of v show where */
+            em_tensor *w = em_to_dtype(R(EM_SHAPE(Bn, Hn, Sq, Dn), -1, 1), dt);
+            em_backward(em_sum(em_mul(fused, w), 0, NULL, false));
+            em_backward(em_sum(em_mul(ref, w), 0, NULL, false));
+            const char *names[3] = {"q", "k", "v"};
+            for (int i = 0; i < 3; i++) {
+                double ge = max_rel_err(em_grad(x[i]), em_grad(y[i]));
+                ck_assert_msg(ge <= (dt == EM_F64 ? 1e-12 : 1e-5), "%s: d%s fused vs composed: %g", em_dtype_name(dt),
+                              names[i], ge);
+            }
+            /* padded keys get no gradient */
+            for (int64_t j = 3; j < Sk; j++)
+                for (int64_t h = 0; h < Hn; h++)
+                    for (int64_t d = 0; d < Dn; d++) {
+                        ck_assert_double_eq(em_get(em_grad(x[1]), (int64_t[]){1, j, h, d}), 0.0);
+                        ck_assert_double_eq(em_get(em_grad(x[2]), (int64_t[]){1, j, h, d}), 0.0);
+                    }
+            /* the public op routes a right-padding mask to the fused kernel; threads do not matter */
+            em_tensor *pub = em_scaled_dot_product_attention(xq, xk, xv, mask, 0.25, 42, 1000);
+            ck_assert(bytes_equal(pub, fused));
+            int nt = em_num_threads();
+            em_set_num_threads(1);
+            em_tensor *one = em__sdpa(xq, xk, xv, lens, 0.25, 42, 1000);
+            em_set_num_threads(nt);
+            ck_assert(bytes_equal(one, fused));
+            /* bf16: within bf16 rounding of the f32 result */
+            if (dt == EM_F32) {
+                em_tensor *h = em__sdpa(em_to_dtype(xq, EM_BF16), em_to_dtype(xk, EM_BF16), em_to_dtype(xv, EM_BF16),
+                                        lens, 0.25, 42, 1000);
+                em_tensor *hr = em__sdpa(em_to_dtype(em_to_dtype(xq, EM_BF16), EM_F32),
+                                         em_to_dtype(em_to_dtype(xk, EM_BF16), EM_F32),
+                                         em_to_dtype(em_to_dtype(xv, EM_BF16), EM_F32), lens, 0.25, 42, 1000);
+                ck_assert_int_eq(h->dtype, EM_BF16);
+                ck_assert(bytes_equal(h, em_to_dtype(hr, EM_BF16)));   /* f32 compute, one rounding */
+            }
+        }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("gradcheck");
@@ -612,6 +710,7 @@ int main(void)
     tcase_add_test(tc, same_graph_twice_gives_identical_gradients);
     tcase_add_test(tc, sdpa_forward_matches_loops);
     tcase_add_test(tc, sdpa_gradcheck_with_padding_mask_and_dropout);
+    tcase_add_test(tc, sdpa_fused_cpu_matches_composed_with_dropout);
     tcase_add_loop_test(tc, gelu_backward_kernels_match_reference, 0, 16);
     suite_add_tcase(s, tc);
     TCase *tm = tcase_create("misuse");

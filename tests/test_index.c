@@ -381,6 +381,29 @@ START_TEST(test_scatter_add)
         em_tensor *big = tu_rand_tensor(EM_SHAPE(300, 400), EM_F64, -1, 1, 6, NULL);
         check_scatter_add(big, 1, tu_rand_tensor(EM_SHAPE(300, 300), EM_I64, 0, 400, 7, NULL),
                           tu_rand_tensor(EM_SHAPE(300, 300), EM_F64, -1, 1, 8, NULL), 1e-12);
+        /* index_add's shape (index_select's backward): one index per row, broadcast along the row, into and
+         * from views with offsets; the row kernel gives the element kernel's bits (a materialized index takes
+         * that one) */
+        for (int di = 0; di < 4; di++) {
+            em_dtype dt = dts[di];
+            for (int big_rows = 0; big_rows < 2; big_rows++) {
+                int64_t R1 = big_rows ? 30 : 5, R2 = big_rows ? 40 : 6;   /* 1200 columns: several tasks */
+                em_tensor *base = tu_rand_tensor(EM_SHAPE(9, R1, R2), dt, -3, 3, 1500 + (uint64_t)di, NULL);
+                em_tensor *self_v = em_narrow(base, 0, 2, 6);   /* offset 2 rows */
+                em_tensor *srcb = tu_rand_tensor(EM_SHAPE(12, R1, R2), dt, -3, 3, 1600 + (uint64_t)di, NULL);
+                em_tensor *src_v = em_narrow(srcb, 0, 1, 10);
+                em_tensor *i1 = em_reshape(tu_rand_tensor(EM_SHAPE(10), EM_I64, 0, 6, 1700, NULL), 3,
+                                           (int64_t[]){10, 1, 1});
+                em_tensor *ib = em_expand(i1, 3, (int64_t[]){10, R1, R2});
+                em_tensor *fast = em_scatter_add(self_v, 0, ib, src_v);
+                em_tensor *slow = em_scatter_add(self_v, 0, em_contiguous(ib), src_v);
+                ck_assert_msg(memcmp(em_data_ptr(em_contiguous(fast)), em_data_ptr(em_contiguous(slow)),
+                                     (size_t)em_numel(fast) * em_dtype_size(dt)) == 0,
+                              "%s: row scatter_add differs from the element kernel", em_dtype_name(dt));
+                em_tensor *sv = scatter_vals(EM_SHAPE(10, R1, R2), dt, 1800);
+                check_scatter_add(scatter_vals(EM_SHAPE(6, R1, R2), dt, 1900), 0, ib, sv, tol[di]);
+            }
+        }
         /* empty index: a plain copy */
         em_tensor *s2 = tu_rand_tensor(EM_SHAPE(2, 3), EM_F32, -1, 1, 9, NULL);
         check_scatter_add(s2, 0, em_zeros(EM_SHAPE(0, 3), EM_I64, EM_CPU), em_zeros(EM_SHAPE(1, 3), EM_F32, EM_CPU), 0);

@@ -228,6 +228,65 @@ static inline void add_elem(char *dst, const char *src, em_dtype dt)
     }
 }
 
+/* index_add's shape (index_select's backward): dim 0, an index that is one value per
+ * slice (stride 0 on every other dim, the same extent there as out and src), and
+ * out and src with contiguous slices of R elements. Slice j of src is added to
+ * slice index[j] of out, j in order, with add_elem's arithmetic (for f16/bf16: f32
+ * sum of the two, rounded once), vectorized; threads split the R columns, so the
+ * order of the adds into each element is the sequential one. */
+static bool rows_case(const em_tensor *out, const em_tensor *index, const em_tensor *src, int dim, int64_t *R)
+{
+    if (dim != 0 || index->ndim < 1 || out->ndim != index->ndim || src->ndim != index->ndim) return false;
+    int64_t r = 1;
+    for (int d = index->ndim - 1; d >= 1; d--) {
+        if (index->stride[d] != 0 && index->shape[d] != 1) return false;
+        if (index->shape[d] != out->shape[d] || index->shape[d] != src->shape[d]) return false;
+        if ((out->stride[d] != r && out->shape[d] != 1) || (src->stride[d] != r && src->shape[d] != 1)) return false;
+        r *= index->shape[d];
+    }
+    *R = r;
+    return out->dtype == EM_F32 || out->dtype == EM_F64 || out->dtype == EM_BF16 || out->dtype == EM_F16;
+}
+
+static void scatter_rows(const em_kargs *k, int64_t R)
+{
+    em_tensor *out = k->out[0];
+    const em_tensor *index = k->in[1], *src = k->in[2];
+    const em_dtype dt = out->dtype;
+    const size_t es = em_dtype_size(dt), ies = em_dtype_size(index->dtype);
+    const int64_t J = index->shape[0];
+    const char *ib = data_of(index), *sb = data_of(src);
+    char *ob = data_of(out);
+    enum { COLS = 256 };   /* columns per task: f32 scratch for the half types */
+    const int64_t tasks = (R + COLS - 1) / COLS;
+#pragma omp parallel for schedule(static) if (J * R >= PAR_WORK && tasks > 1)
+    for (int64_t t = 0; t < tasks; t++) {
+        int64_t c0 = t * COLS, w = R - c0 < COLS ? R - c0 : COLS;
+        _Alignas(64) float a[COLS], b[COLS];
+        for (int64_t j = 0; j < J; j++) {
+            int64_t sel = load_index(ib + j * index->stride[0] * (int64_t)ies, index->dtype);
+            char *op = ob + (sel * out->stride[0] + c0) * (int64_t)es;   /* ob, sb: data_of, offsets included */
+            const char *sp = sb + (j * src->stride[0] + c0) * (int64_t)es;
+            if (dt == EM_F32) {
+                float *o = (float *)op;
+                const float *s = (const float *)sp;
+#pragma omp simd
+                for (int64_t c = 0; c < w; c++) o[c] += s[c];
+            } else if (dt == EM_F64) {
+                double *o = (double *)op;
+                const double *s = (const double *)sp;
+                for (int64_t c = 0; c < w; c++) o[c] += s[c];
+            } else {
+                em__convert_n(a, EM_F32, op, dt, w);
+                em__convert_n(b, EM_F32, sp, dt, w);
+#pragma omp simd
+                for (int64_t c = 0; c < w; c++) a[c] += b[c];
+                em__convert_n(op, dt, a, EM_F32, w);
+            }
+        }
+    }
+}
+
 int em_cpu_SCATTER_ADD(const em_kargs *k)
 {
     em_tensor *out = k->out[0];
@@ -242,6 +301,11 @@ int em_cpu_SCATTER_ADD(const em_kargs *k)
     if (index->ndim == 0) {
         int64_t sel = load_index(ib, index->dtype);
         add_elem(ob + sel * (out->ndim ? out->stride[0] : 0) * (int64_t)es, sb, dt);
+        return EM_OK;
+    }
+    int64_t R;
+    if (rows_case(out, index, src, dim, &R)) {
+        scatter_rows(k, R);
         return EM_OK;
     }
     /* One task per position off `dim`; each walks index along `dim` in order. */

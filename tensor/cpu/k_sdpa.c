@@ -1,12 +1,43 @@
-/* ember — the CPU kernel of SDPA (contract in tensor/ops.h): plain loops in
- * double over any strides, one query row at a time. It is the reference the
- * CUDA (cuDNN) kernel is tested against and what gradcheck differentiates;
- * em_scaled_dot_product_attention never dispatches it on the CPU (there it
- * composes recorded ops, unchanged), so its speed does not matter. */
+/* ember — the CPU kernels of fused attention: op SDPA (contract in
+ * tensor/ops.h) and em_backend.sdpa_bwd (contract in tensor_internal.h).
+ *
+ * One thread takes one (batch, head) pair at a time. It keeps K and V (and
+ * their transposes) in scratch as the compute type -- f32 for f32, bf16 and
+ * f16 inputs (loaded with em__convert_n, rounded once on store), f64 for f64
+ * -- with rows and columns zero-padded to a multiple of 16, and runs the
+ * query rows in blocks of QB as small GEMMs (gemm_* below):
+ *
+ *   forward:   S = scale Qb K^T (keys j >= len set to the dtype's lowest value,
+ *              as the composed masked_fill); P = softmax(S); lse = logsumexp(S);
+ *              Pd = dropout(P); Ob = Pd V
+ *   backward:  S, P, Pd recomputed as the forward did; dV += Pd^T dOb;
+ *              dP = dropout(dOb V^T); D = rowsum(P dP); dS = P (dP - D) (0 at
+ *              masked keys); dQb = scale dS K; dK += scale dS^T Qb
+ *
+ * Nothing [Sq,Sk]-sized is kept: scratch is O((QB + D) Sk) per thread.
+ *
+ * Dropout: element e of the [B,H,Sq,Sk] weights (row-major) uses Philox
+ * counter offset + e/4, lane e%4, kept iff (bits >> 8) >= ceil(p 2^24) and
+ * scaled by (float)(1/(1-p)) -- em_dropout's mask and arithmetic on the
+ * composed path's weights, so both paths drop the same elements.
+ *
+ * Every (b, h) pair is computed by one thread in a fixed order, so results
+ * do not depend on the thread count. The f64 instance is what gradcheck
+ * differentiates (tests/test_gradcheck.c): the same code as the f32 one, with
+ * a plain-loop GEMM.
+ */
 #include "tensor/cpu/cpu.h"
+#include "tensor/cpu/k_nn_rows.h"
+#include "tensor/cpu/vmath.h"
 
 #include <float.h>
 #include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+enum { QB = 64 };   /* query rows per block */
+
+static int64_t pad16(int64_t n) { return (n + 15) & ~(int64_t)15; }
 
 /* torch.finfo(dt).min, as op_grad.c's composed path fills masked scores. */
 static double lowest(em_dtype dt)
@@ -19,49 +50,342 @@ static double lowest(em_dtype dt)
     }
 }
 
-static double at4(const em_tensor *t, int64_t a, int64_t b, int64_t c, int64_t d)
+/* ---- small GEMMs: C[M,N] (+)= A[M,K] B[K,N], N a multiple of 16 -------------------------
+ * B and C row-major (ldb, ldc); A(i, k) at A[i * ai + k * ak], so that A may be a
+ * transposed matrix (ai = 1, ak = its row length) without a copy. */
+
+typedef float v16f __attribute__((vector_size(64), aligned(4)));
+
+/* 4 rows x 16 columns of C in registers: 4 independent FMA chains over K. */
+static void gemm_f32(int64_t M, int64_t N, int64_t K, const float *A, int64_t ai, int64_t ak, const float *B,
+                     int64_t ldb, float *C, int64_t ldc, bool acc)
+{
+    int64_t i = 0;
+    for (; i + 4 <= M; i += 4)
+        for (int64_t j = 0; j < N; j += 16) {
+            v16f c0 = {0}, c1 = {0}, c2 = {0}, c3 = {0};
+            const float *a = A + i * ai;
+            for (int64_t k = 0; k < K; k++) {
+                v16f b = *(const v16f *)(B + k * ldb + j);
+                const float *ak_ = a + k * ak;
+                c0 += ak_[0] * b;
+                c1 += ak_[ai] * b;
+                c2 += ak_[2 * ai] * b;
+                c3 += ak_[3 * ai] * b;
+            }
+            v16f *o0 = (v16f *)(C + i * ldc + j), *o1 = (v16f *)(C + (i + 1) * ldc + j);
+            v16f *o2 = (v16f *)(C + (i + 2) * ldc + j), *o3 = (v16f *)(C + (i + 3) * ldc + j);
+            if (acc) *o0 += c0, *o1 += c1, *o2 += c2, *o3 += c3;
+            else *o0 = c0, *o1 = c1, *o2 = c2, *o3 = c3;
+        }
+    for (; i < M; i++)
+        for (int64_t j = 0; j < N; j += 16) {
+            v16f c0 = {0};
+            for (int64_t k = 0; k < K; k++) c0 += A[i * ai + k * ak] * *(const v16f *)(B + k * ldb + j);
+            v16f *o = (v16f *)(C + i * ldc + j);
+            if (acc) *o += c0;
+            else *o = c0;
+        }
+}
+
+static void gemm_f64(int64_t M, int64_t N, int64_t K, const double *A, int64_t ai, int64_t ak, const double *B,
+                     int64_t ldb, double *C, int64_t ldc, bool acc)
+{
+    for (int64_t i = 0; i < M; i++) {
+        double *c = C + i * ldc;
+        if (!acc)
+            for (int64_t j = 0; j < N; j++) c[j] = 0;
+        for (int64_t k = 0; k < K; k++) {
+            double a = A[i * ai + k * ak];
+            for (int64_t j = 0; j < N; j++) c[j] += a * B[k * ldb + j];
+        }
+    }
+}
+
+/* ---- loading and storing rows ------------------------------------------------------ */
+
+/* n elements of t from element offset off, stride st, into dst (as cdt), zeros up to np. */
+static void load_vec(void *dst, em_dtype cdt, const em_tensor *t, int64_t off, int64_t st, int64_t n, int64_t np)
 {
     const char *base = (const char *)t->storage->data;
-    int64_t off = t->offset + a * t->stride[0] + b * t->stride[1] + c * t->stride[2] + d * t->stride[3];
-    return em__load(base + off * (int64_t)em_dtype_size(t->dtype), t->dtype);
+    size_t es = em_dtype_size(t->dtype), cs = em_dtype_size(cdt);
+    if (st == 1 && cdt == EM_F32 && t->dtype == EM_BF16) {   /* the autocast case, inline: bf16 is f32's top half */
+        const uint16_t *src = (const uint16_t *)base + off;
+        uint32_t *d = dst;
+#pragma omp simd
+        for (int64_t i = 0; i < n; i++) d[i] = (uint32_t)src[i] << 16;
+    } else if (st == 1 && cdt == t->dtype) memcpy(dst, base + (size_t)off * es, (size_t)n * es);
+    else if (st == 1) em__convert_n(dst, cdt, base + (size_t)off * es, t->dtype, n);
+    else
+        for (int64_t i = 0; i < n; i++)
+            em__store((char *)dst + (size_t)i * cs, cdt, em__load(base + (size_t)(off + i * st) * es, t->dtype));
+    memset((char *)dst + (size_t)n * cs, 0, (size_t)(np - n) * cs);
 }
+
+/* n elements at element offset off of the contiguous t from src (cdt). */
+static void store_vec(em_tensor *t, int64_t off, const void *src, em_dtype cdt, int64_t n)
+{
+    em__convert_n((char *)t->storage->data + (size_t)off * em_dtype_size(t->dtype), t->dtype, src, cdt, n);
+}
+
+/* R rows of D elements (src stride pad16(D)) to the contiguous t from element offset off */
+static void store_rows(em_tensor *t, int64_t off, const void *src, em_dtype cdt, int64_t R, int64_t D)
+{
+    size_t cs = em_dtype_size(cdt);
+    if (D == pad16(D)) store_vec(t, off, src, cdt, R * D);   /* one run */
+    else
+        for (int64_t r = 0; r < R; r++) store_vec(t, off + r * D, (const char *)src + (size_t)(r * pad16(D)) * cs, cdt, D);
+}
+
+static int64_t off4(const em_tensor *t, int64_t b, int64_t h, int64_t s)
+{
+    return t->offset + b * t->stride[0] + h * t->stride[1] + s * t->stride[2];
+}
+
+static int64_t key_len(const em_tensor *lens, int64_t b, int64_t sk)
+{
+    if (!lens) return sk;
+    const char *lp = (const char *)lens->storage->data;
+    int64_t len = (int64_t)em__load(lp + (size_t)(lens->offset + b * lens->stride[0]) * em_dtype_size(lens->dtype),
+                                    lens->dtype);
+    return len < 0 ? 0 : len > sk ? sk : len;
+}
+
+/* ---- dropout -------------------------------------------------------------------------- */
+
+typedef struct drop {
+    double p;
+    uint64_t seed, offset;
+    uint32_t thr;
+} drop;
+
+static drop drop_of(double p, uint64_t seed, uint64_t offset)
+{
+    return (drop){.p = p, .seed = seed, .offset = offset, .thr = (uint32_t)ceil(p * 16777216.0)};
+}
+
+/* keep[r * Skp + j] for the R x sk weights of the global rows r0 .. r0 + R (contiguous
+ * in the [B,H,Sq,Sk] order, so one run of Philox counters), 0 for the padding columns
+ * up to pad16(sk); bits: scratch of ((R sk + 3) / 4 + 16) * 4 */
+static void keep_block(const drop *dr, int64_t r0, int64_t R, int64_t sk, uint32_t *bits, uint8_t *keep)
+{
+    int64_t skp = pad16(sk);
+    uint64_t e0 = (uint64_t)r0 * (uint64_t)sk, first = dr->offset + e0 / 4;
+    int64_t lane0 = (int64_t)(e0 % 4), nblocks = (lane0 + R * sk + 3) / 4;
+    for (int64_t b = 0; b < nblocks; b += 16)
+        em__philox_batch16(dr->seed, first + (uint64_t)b, (uint32_t(*)[4])(bits + 4 * b));
+    for (int64_t r = 0; r < R; r++) {
+        const uint32_t *br = bits + lane0 + r * sk;
+        uint8_t *kr = keep + r * skp;
+#pragma omp simd
+        for (int64_t j = 0; j < sk; j++) kr[j] = (br[j] >> 8) >= dr->thr;
+        memset(kr + sk, 0, (size_t)(skp - sk));
+    }
+}
+
+/* ---- per-thread scratch ---------------------------------------------------------------- */
+
+typedef struct scratch {
+    int64_t sk;                        /* keys (set before scratch_new) */
+    void *k, *kt, *v, *vt, *dk, *dv;   /* [Skp,Dp] or [Dp,Skp] */
+    void *q, *g, *o;                   /* [QB,Dp] */
+    void *s, *p, *t;                   /* [QB,Skp] each */
+    uint32_t *bits;
+    uint8_t *keep;                     /* [QB,Skp] */
+    void *block;
+} scratch;
+
+static bool scratch_new(scratch *w, size_t cs, int64_t sk, int64_t d)
+{
+    size_t kd = (size_t)(pad16(sk) * pad16(d)), qd = (size_t)(QB * pad16(d)), qk = (size_t)(QB * pad16(sk));
+    size_t sizes[12] = {kd, kd, kd, kd, kd, kd, qd, qd, qd, qk, qk, qk};
+    size_t nb = (size_t)((QB * sk + 3) / 4 + 16) * 4, total = 0;
+    for (int i = 0; i < 12; i++) total += (sizes[i] * cs + 63) & ~(size_t)63;
+    total += nb * sizeof(uint32_t) + qk;
+    char *m = em__malloc(total);
+    w->block = m;
+    if (!m) return false;
+    void **slots[12] = {&w->k, &w->kt, &w->v, &w->vt, &w->dk, &w->dv, &w->q, &w->g, &w->o, &w->s, &w->p, &w->t};
+    for (int i = 0; i < 12; i++) {
+        *slots[i] = m;
+        m += (sizes[i] * cs + 63) & ~(size_t)63;
+    }
+    w->bits = (uint32_t *)m;
+    w->keep = (uint8_t *)(m + nb * sizeof(uint32_t));
+    return true;
+}
+
+/* ---- the pair kernels, for compute type T (float or double) ---------------------------- */
+
+#define SDPA_TYPED(T, SFX, EXP, LOG)                                                                              \
+    /* K, K^T, V, V^T of pair (b, h) into scratch, zero-padded */                                                 \
+    static void load_kv_##SFX(const em_tensor *kk, const em_tensor *v, scratch *w, int64_t b, int64_t h, bool vt) \
+    {                                                                                                             \
+        int64_t Sk = kk->shape[2], D = kk->shape[3], Skp = pad16(Sk), Dp = pad16(D);                             \
+        em_dtype cdt = sizeof(T) == 8 ? EM_F64 : EM_F32;                                                          \
+        T *K = w->k, *KT = w->kt, *V = w->v, *VT = w->vt;                                                         \
+        memset(K, 0, sizeof(T) * (size_t)(Skp * Dp));                                                             \
+        memset(V, 0, sizeof(T) * (size_t)(Skp * Dp));                                                             \
+        for (int64_t j = 0; j < Sk; j++) {                                                                        \
+            load_vec(K + j * Dp, cdt, kk, off4(kk, b, h, j), kk->stride[3], D, Dp);                               \
+            load_vec(V + j * Dp, cdt, v, off4(v, b, h, j), v->stride[3], D, Dp);                                  \
+        }                                                                                                         \
+        for (int64_t c = 0; c < Dp; c++)                                                                          \
+            for (int64_t j = 0; j < Skp; j++) KT[c * Skp + j] = K[j * Dp + c];                                    \
+        if (vt)                                                                                                   \
+            for (int64_t c = 0; c < Dp; c++)                                                                      \
+                for (int64_t j = 0; j < Skp; j++) VT[c * Skp + j] = V[j * Dp + c];                                \
+    }                                                                                                             \
+                                                                                                                  \
+    /* Rows i0..i0+R of pair (b, h): the queries into w->q, then S, P (in w->s, softmax in place) and, when      \
+     * dropout is on, the keep flags; lse (when non-NULL) gets logsumexp of each row of S. */                     \
+    static void weights_##SFX(const em_tensor *q, const em_tensor *lens, double scale_d, const drop *dr,          \
+                              scratch *w, int64_t b, int64_t h, int64_t i0, int64_t R, float *lse)                \
+    {                                                                                                             \
+        int64_t H = q->shape[1], Sq = q->shape[2], D = q->shape[3], Dp = pad16(D), Sk = w->sk, Skp = pad16(Sk);  \
+        em_dtype cdt = sizeof(T) == 8 ? EM_F64 : EM_F32;                                                          \
+        T *Qb = w->q, *S = w->s;                                                                                  \
+        for (int64_t r = 0; r < R; r++) load_vec(Qb + r * Dp, cdt, q, off4(q, b, h, i0 + r), q->stride[3], D, Dp); \
+        gemm_##SFX(R, Skp, Dp, Qb, Dp, 1, (const T *)w->kt, Skp, S, Skp, false);                                    \
+        if (dr->p > 0) keep_block(dr, (b * H + h) * Sq + i0, R, Sk, w->bits, w->keep);                            \
+        int64_t len = key_len(lens, b, Sk);                                                                       \
+        T scale = (T)scale_d, low = (T)lowest(q->dtype);                                                          \
+        for (int64_t r = 0; r < R; r++) {                                                                         \
+            /* whole vectors: the padding columns j >= Sk hold -inf, so exp gives them 0 */                       \
+            T *s = S + r * Skp, mx = -INFINITY, sum = 0;                                                          \
+            _Pragma("omp simd") for (int64_t j = 0; j < Skp; j++) s[j] =                                          \
+                j < len ? s[j] * scale : j < Sk ? low : (T)-INFINITY;                                             \
+            _Pragma("omp simd reduction(max : mx)") for (int64_t j = 0; j < Skp; j++) mx = s[j] > mx ? s[j] : mx; \
+            _Pragma("omp simd reduction(+ : sum)") for (int64_t j = 0; j < Skp; j++) {                            \
+                s[j] = EXP(s[j] - mx);                                                                            \
+                sum += s[j];                                                                                      \
+            }                                                                                                     \
+            T inv = (T)1 / sum;                                                                                   \
+            _Pragma("omp simd") for (int64_t j = 0; j < Skp; j++) s[j] *= inv;                                    \
+            if (lse) lse[r] = (float)(mx + LOG(sum));                                                             \
+        }                                                                                                         \
+    }                                                                                                             \
+                                                                                                                  \
+    /* dst = dropout(src) with the keep flags of weights_* (rows R of stride Skp) */                              \
+    static void apply_drop_##SFX(T *dst, const T *src, const drop *dr, const uint8_t *keep, int64_t R, int64_t Skp) \
+    {                                                                                                             \
+        T ds = (T)(float)(1.0 / (1.0 - dr->p));                                                                   \
+        if (sizeof(T) == 8) ds = (T)(1.0 / (1.0 - dr->p));                                                        \
+        _Pragma("omp simd") for (int64_t e = 0; e < R * Skp; e++) dst[e] = keep[e] ? src[e] * ds : 0;             \
+    }                                                                                                             \
+                                                                                                                  \
+    static void forward_pair_##SFX(const em_kargs *k, const drop *dr, scratch *w, int64_t b, int64_t h)            \
+    {                                                                                                             \
+        const em_tensor *q = k->in[0], *kk = k->in[1], *v = k->in[2];                                             \
+        em_tensor *out = k->out[0], *lse = k->out[1];                                                             \
+        int64_t H = q->shape[1], Sq = q->shape[2], D = q->shape[3], Skp = pad16(kk->shape[2]), Dp = pad16(D);    \
+        em_dtype cdt = sizeof(T) == 8 ? EM_F64 : EM_F32;                                                          \
+        load_kv_##SFX(kk, v, w, b, h, false);                                                                     \
+        float *lp = (float *)lse->storage->data + lse->offset;                                                    \
+        for (int64_t i0 = 0; i0 < Sq; i0 += QB) {                                                                 \
+            int64_t R = Sq - i0 < QB ? Sq - i0 : QB, row0 = (b * H + h) * Sq + i0;                                \
+            weights_##SFX(q, k->in[3], k->f[0], dr, w, b, h, i0, R, lp + row0);                                   \
+            T *P = w->s;                                                                                          \
+            if (dr->p > 0) apply_drop_##SFX(P, P, dr, w->keep, R, Skp);                                           \
+            T *Ob = w->o;                                                                                         \
+            gemm_##SFX(R, Dp, Skp, P, Skp, 1, (const T *)w->v, Dp, Ob, Dp, false);                                   \
+            store_rows(out, out->offset + row0 * D, Ob, cdt, R, D);                                               \
+        }                                                                                                         \
+    }                                                                                                             \
+                                                                                                                  \
+    /* t: [dq, dk, dv, q, k, v, lens, dout] */                                                                    \
+    static void backward_pair_##SFX(em_tensor *const *t, double sc, const drop *dr, scratch *w, int64_t b,         \
+                                    int64_t h)                                                                    \
+    {                                                                                                             \
+        em_tensor *dq = t[0], *dk = t[1], *dv = t[2];                                                             \
+        const em_tensor *q = t[3], *kk = t[4], *v = t[5], *g = t[7];                                              \
+        int64_t H = q->shape[1], Sq = q->shape[2], D = q->shape[3], Sk = kk->shape[2];                            \
+        int64_t Skp = pad16(Sk), Dp = pad16(D);                                                                   \
+        em_dtype cdt = sizeof(T) == 8 ? EM_F64 : EM_F32;                                                          \
+        load_kv_##SFX(kk, v, w, b, h, true);                                                                      \
+        T *dK = w->dk, *dV = w->dv, *Qb = w->q, *G = w->g, *dQb = w->o, *P = w->s, *dP = w->p, *Tr = w->t;        \
+        memset(dK, 0, sizeof(T) * (size_t)(Skp * Dp));                                                            \
+        memset(dV, 0, sizeof(T) * (size_t)(Skp * Dp));                                                            \
+        T scale = (T)sc;                                                                                          \
+        int64_t len = key_len(t[6], b, Sk);                                                                       \
+        for (int64_t i0 = 0; i0 < Sq; i0 += QB) {                                                                 \
+            int64_t R = Sq - i0 < QB ? Sq - i0 : QB, row0 = (b * H + h) * Sq + i0;                                \
+            weights_##SFX(q, t[6], sc, dr, w, b, h, i0, R, NULL);                                                 \
+            for (int64_t r = 0; r < R; r++) load_vec(G + r * Dp, cdt, g, g->offset + (row0 + r) * D, 1, D, Dp);   \
+            /* dV += Pd^T dO (Pd in Tr when dropout is on) */                                                     \
+            const T *Pd = P;                                                                                      \
+            if (dr->p > 0) apply_drop_##SFX(Tr, P, dr, w->keep, R, Skp), Pd = Tr;                                     \
+            gemm_##SFX(Skp, Dp, R, Pd, 1, Skp, G, Dp, dV, Dp, true);                                              \
+            /* dP = dropout(dO V^T); D = rowsum(P dP); dS = scale P (dP - D), 0 at masked keys */                 \
+            gemm_##SFX(R, Skp, Dp, G, Dp, 1, (const T *)w->vt, Skp, dP, Skp, false);                              \
+            if (dr->p > 0) apply_drop_##SFX(dP, dP, dr, w->keep, R, Skp);                                         \
+            for (int64_t r = 0; r < R; r++) {                                                                     \
+                T *pr = P + r * Skp, *dr_ = dP + r * Skp, dsum = 0;                                               \
+                _Pragma("omp simd reduction(+ : dsum)") for (int64_t j = 0; j < Skp; j++) dsum += pr[j] * dr_[j]; \
+                _Pragma("omp simd") for (int64_t j = 0; j < Skp; j++) dr_[j] =                                    \
+                    j < len ? pr[j] * (dr_[j] - dsum) * scale : 0;                                                \
+            }                                                                                                     \
+            /* dQb = dS K; dK += dS^T Qb */                                                                       \
+            gemm_##SFX(R, Dp, Skp, dP, Skp, 1, (const T *)w->k, Dp, dQb, Dp, false);                              \
+            store_rows(dq, dq->offset + row0 * D, dQb, cdt, R, D);                                                \
+            gemm_##SFX(Skp, Dp, R, dP, 1, Skp, Qb, Dp, dK, Dp, true);                                             \
+        }                                                                                                         \
+        store_rows(dk, dk->offset + (b * H + h) * Sk * D, dK, cdt, Sk, D);                                        \
+        store_rows(dv, dv->offset + (b * H + h) * Sk * D, dV, cdt, Sk, D);                                        \
+    }
+
+SDPA_TYPED(float, f32, em__expf, logf)
+SDPA_TYPED(double, f64, exp, log)
 
 int em_cpu_SDPA(const em_kargs *k)
 {
-    const em_tensor *q = k->in[0], *kk = k->in[1], *v = k->in[2], *lens = k->in[3];
-    em_tensor *out = k->out[0], *lse = k->out[1];
+    const em_tensor *q = k->in[0], *kk = k->in[1];
     int64_t B = q->shape[0], H = q->shape[1], Sq = q->shape[2], D = q->shape[3], Sk = kk->shape[2];
-    double scale = k->f[0], low = lowest(q->dtype);
-    size_t osz = em_dtype_size(out->dtype);
-    double *s = em__malloc(sizeof(double) * (size_t)(Sk ? Sk : 1));
-    if (!s) return EM_ERR_OOM;
-    for (int64_t b = 0; b < B; b++) {
-        int64_t len = Sk;
-        if (lens) {
-            const char *lp = (const char *)lens->storage->data;
-            len = (int64_t)em__load(lp + (lens->offset + b * lens->stride[0]) * (int64_t)em_dtype_size(lens->dtype),
-                                    lens->dtype);
+    if (B * H * Sq == 0 || D == 0) return EM_OK;   /* nothing to write (Sk = 0 is refused by the op) */
+    drop dr = drop_of(k->f[1], (uint64_t)k->i[0], (uint64_t)k->i[1]);
+    bool dbl = q->dtype == EM_F64;
+    size_t cs = dbl ? sizeof(double) : sizeof(float);
+    int failed = 0;
+#pragma omp parallel num_threads(threads_for(B * H * Sq * Sk * D, B * H)) reduction(| : failed)
+    {
+        scratch w = {.sk = Sk};
+        if (!scratch_new(&w, cs, Sk, D)) failed = 1;
+#pragma omp for schedule(static)
+        for (int64_t bh = 0; bh < B * H; bh++) {
+            if (failed) continue;
+            if (dbl) forward_pair_f64(k, &dr, &w, bh / H, bh % H);
+            else forward_pair_f32(k, &dr, &w, bh / H, bh % H);
         }
-        for (int64_t h = 0; h < H; h++)
-            for (int64_t i = 0; i < Sq; i++) {
-                double mx = -INFINITY, tot = 0;
-                for (int64_t j = 0; j < Sk; j++) {
-                    double dot = 0;
-                    for (int64_t d = 0; d < D; d++) dot += at4(q, b, h, i, d) * at4(kk, b, h, j, d);
-                    s[j] = j < len ? dot * scale : low;
-                    if (s[j] > mx) mx = s[j];
-                }
-                for (int64_t j = 0; j < Sk; j++) tot += (s[j] = exp(s[j] - mx));
-                int64_t row = (b * H + h) * Sq + i;
-                for (int64_t d = 0; d < D; d++) {
-                    double acc = 0;
-                    for (int64_t j = 0; j < Sk; j++) acc += s[j] * at4(v, b, h, j, d);
-                    em__store((char *)out->storage->data + (out->offset + row * D + d) * (int64_t)osz, out->dtype,
-                              acc / tot);
-                }
-                ((float *)lse->storage->data)[lse->offset + row] = (float)(mx + log(tot));
-            }
+        em__free(w.block);
     }
-    em__free(s);
-    return EM_OK;
+    return failed ? EM_ERR_OOM : EM_OK;
+}
+
+em_status em__cpu_sdpa_bwd(em_tensor *dq, em_tensor *dk, em_tensor *dv, em_tensor *q, em_tensor *k, em_tensor *v,
+                           em_tensor *lens, double scale, em_tensor *out, em_tensor *lse, em_tensor *dout,
+                           double dropout_p, uint64_t seed, uint64_t offset)
+{
+    (void)out, (void)lse;   /* P is recomputed as the forward did; D = rowsum(P dP), not out . dout */
+    int64_t B = q->shape[0], H = q->shape[1], Sq = q->shape[2], D = q->shape[3], Sk = k->shape[2];
+    if (!em_is_contiguous(dq) || !em_is_contiguous(dk) || !em_is_contiguous(dv) || !em_is_contiguous(dout))
+        return EM_ERR_UNSUPPORTED;
+    if (B * H == 0 || D == 0 || Sk == 0) return EM_ERR_UNSUPPORTED;
+    drop dr = drop_of(dropout_p, seed, offset);
+    bool dbl = q->dtype == EM_F64;
+    size_t cs = dbl ? sizeof(double) : sizeof(float);
+    em_tensor *t[8] = {dq, dk, dv, q, k, v, lens, dout};
+    int failed = 0;
+#pragma omp parallel num_threads(threads_for(B * H * (Sq + 1) * Sk * D, B * H)) reduction(| : failed)
+    {
+        scratch w = {.sk = Sk};
+        if (!scratch_new(&w, cs, Sk, D)) failed = 1;
+#pragma omp for schedule(static)
+        for (int64_t bh = 0; bh < B * H; bh++) {
+            if (failed) continue;
+            if (dbl) backward_pair_f64(t, scale, &dr, &w, bh / H, bh % H);
+            else backward_pair_f32(t, scale, &dr, &w, bh / H, bh % H);
+        }
+        em__free(w.block);
+    }
+    return failed ? em__fail(EM_ERR_OOM, "sdpa backward: out of memory for scratch") : EM_OK;
 }

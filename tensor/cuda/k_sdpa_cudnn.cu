@@ -377,10 +377,11 @@ bool key_of(Key *key, bool bwd, const em_tensor *q, const em_tensor *k, const em
 
 }   // namespace
 
-/* op SDPA: in q, k, v, lens; f[0] scale -> out[0] O (contiguous), out[1] Stats. */
+/* op SDPA: in q, k, v, lens; f[0] scale, f[1] dropout (declined) -> out[0] O (contiguous), out[1] Stats. */
 extern "C" int em_cuda_SDPA(const em_kargs *k)
 {
     Key key;
+    if (k->f[1] != 0.0) return EM_ERR_UNSUPPORTED;   /* dropout: Philox masks, composed (see the header) */
     if (!key_of(&key, false, k->in[0], k->in[1], k->in[2], k->out[0], nullptr, k->in[3])) return EM_ERR_UNSUPPORTED;
     const int64_t uids[] = {U_Q, U_K, U_V, U_O, U_STATS};
     void *const ptrs[] = {ptr(k->in[0]), ptr(k->in[1]), ptr(k->in[2]), ptr(k->out[0]), ptr(k->out[1])};
@@ -389,9 +390,11 @@ extern "C" int em_cuda_SDPA(const em_kargs *k)
 
 extern "C" em_status em__cuda_sdpa_bwd(em_tensor *dq, em_tensor *dk, em_tensor *dv, em_tensor *q, em_tensor *k,
                                        em_tensor *v, em_tensor *lens, double scale, em_tensor *out, em_tensor *lse,
-                                       em_tensor *dout)
+                                       em_tensor *dout, double dropout_p, uint64_t seed, uint64_t offset)
 {
+    (void)seed, (void)offset;
     Key key;
+    if (dropout_p != 0.0) return EM_ERR_UNSUPPORTED;   /* the forward never takes dropout either */
     if (!key_of(&key, true, q, k, v, out, dout, lens) || !em_is_contiguous(dq) || !em_is_contiguous(dk) ||
         !em_is_contiguous(dv) || !em_is_contiguous(lse))
         return EM_ERR_UNSUPPORTED;
