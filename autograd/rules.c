@@ -387,13 +387,15 @@ static void bw_sdpa(em_node *n, em_tensor *const *g, em_tensor **gin)
     em_tensor *q = IN(0), *k = IN(1), *v = IN(2), *lens = IN(3);
     double scale = n->saved.f[0], p_drop = n->saved.f[1];
     uint64_t seed = (uint64_t)n->saved.i[0], offset = (uint64_t)n->saved.i[1];
+    bool pad_queries = n->saved.i[2] != 0;
     const em_backend *be = em__backend((em_device_type)n->device.type);
     if (be && be->sdpa_bwd) {
         em_tensor *dout = em_contiguous(g[0]);
         em_tensor *dq = em_empty(GEOM(0), q->dtype, n->device), *dk = em_empty(GEOM(1), k->dtype, n->device);
         em_tensor *dv = em_empty(GEOM(2), v->dtype, n->device);
         if (dout && dq && dk && dv &&
-            be->sdpa_bwd(dq, dk, dv, q, k, v, lens, scale, OUT(0), OUT(1), dout, p_drop, seed, offset) == EM_OK) {
+            be->sdpa_bwd(dq, dk, dv, q, k, v, lens, scale, OUT(0), OUT(1), dout, p_drop, seed, offset, pad_queries) ==
+                EM_OK) {
             if (NEEDS(0)) gin[0] = dq;
             if (NEEDS(1)) gin[1] = dk;
             if (NEEDS(2)) gin[2] = dv;

@@ -25,8 +25,8 @@ em_tensor *em__attention_mask4(em_tensor *mask, int64_t B, int64_t S, const char
     return r;
 }
 
-em_tensor *em__mha_core(em_tensor *q, em_tensor *k, em_tensor *v, em_tensor *mask4, int64_t n_heads,
-                        double dropout_p)
+static em_tensor *mha(em_tensor *q, em_tensor *k, em_tensor *v, em_tensor *mask4, em_tensor *lens, int64_t n_heads,
+                       double dropout_p)
 {
     EM_PROPAGATE_NULL(q, k, v);
     int64_t B = q->shape[0], S = q->shape[1], D = q->shape[2], Dh = D / n_heads;
@@ -39,12 +39,25 @@ em_tensor *em__mha_core(em_tensor *q, em_tensor *k, em_tensor *v, em_tensor *mas
     em_tensor *vh = em_transpose(em_view(v, 4, split), 1, 2);
     uint64_t seed = 0, off = 0;
     if (dropout_p > 0.0) em__dropout_key(B * n_heads * S * S, &seed, &off);
-    em_tensor *ctx = em_scaled_dot_product_attention(qh, kh, vh, mask4, dropout_p, seed, off);
+    em_tensor *ctx = lens ? em__sdpa(qh, kh, vh, lens, dropout_p, seed, off, true)
+                          : em_scaled_dot_product_attention(qh, kh, vh, mask4, dropout_p, seed, off);
     /* [B,H,S,Dh] -> [B,S,H,Dh] -> [B,S,D] (one copy) */
     ctx = em_reshape(em_transpose(ctx, 1, 2), 3, (int64_t[]){B, S, D});
     if (ctx) r = em_keep(ctx);
     em_scope_end();
     return r;
+}
+
+em_tensor *em__mha_core(em_tensor *q, em_tensor *k, em_tensor *v, em_tensor *mask4, int64_t n_heads,
+                        double dropout_p)
+{
+    return mha(q, k, v, mask4, NULL, n_heads, dropout_p);
+}
+
+em_tensor *em__mha_core_lens(em_tensor *q, em_tensor *k, em_tensor *v, em_tensor *lens, int64_t n_heads,
+                             double dropout_p)
+{
+    return mha(q, k, v, NULL, lens, n_heads, dropout_p);
 }
 
 /* ---- MultiHeadSelfAttention ---------------------------------------------------------------- */
@@ -74,13 +87,16 @@ em_nn_mhsa *em_nn_mhsa_new(int64_t dim, int64_t n_heads, const em_nn_mhsa_opts *
     return a;
 }
 
-em_tensor *em__mhsa_forward4(em_nn_mhsa *a, em_tensor *x, em_tensor *mask4)
+em_tensor *em__mhsa_forward4(em_nn_mhsa *a, em_tensor *x, em_tensor *mask4, const em__packing *plan)
 {
     em_tensor *r = NULL;
     em_scope_begin();
     double p = a->dropout->base.training ? a->dropout->p : 0.0;
-    em_tensor *ctx = em__mha_core(em_nn_linear_forward(a->q_lin, x), em_nn_linear_forward(a->k_lin, x),
-                                  em_nn_linear_forward(a->v_lin, x), mask4, a->n_heads, p);
+    em_tensor *q = em_nn_linear_forward(a->q_lin, x), *k = em_nn_linear_forward(a->k_lin, x);
+    em_tensor *v = em_nn_linear_forward(a->v_lin, x);
+    em_tensor *ctx = plan ? em__pack_rows(plan, em__mha_core_lens(em__unpack_rows(plan, q), em__unpack_rows(plan, k),
+                                                                  em__unpack_rows(plan, v), plan->lens, a->n_heads, p))
+                          : em__mha_core(q, k, v, mask4, a->n_heads, p);
     em_tensor *y = em_nn_linear_forward(a->out_lin, ctx);
     if (y) r = em_keep(y);
     em_scope_end();
@@ -96,7 +112,7 @@ em_tensor *em_nn_mhsa_forward(em_nn_mhsa *a, em_tensor *x, em_tensor *mask)
     em_tensor *r = NULL;
     em_scope_begin();
     em_tensor *m4 = em__attention_mask4(mask, x->shape[0], x->shape[1], op);
-    if (!mask || m4) r = em__mhsa_forward4(a, x, m4);
+    if (!mask || m4) r = em__mhsa_forward4(a, x, m4, NULL);
     if (r) em_keep(r);
     em_scope_end();
     return r;
@@ -164,11 +180,12 @@ em_nn_transformer_block *em_nn_transformer_block_new(int64_t dim, int64_t n_head
     return b;
 }
 
-em_tensor *em__block_forward4(em_nn_transformer_block *b, em_tensor *x, em_tensor *mask4)
+em_tensor *em__block_forward4(em_nn_transformer_block *b, em_tensor *x, em_tensor *mask4, const em__packing *plan)
 {
     em_tensor *r = NULL;
     em_scope_begin();
-    em_tensor *h = em_nn_layer_norm_forward(b->sa_layer_norm, em_add(em__mhsa_forward4(b->attention, x, mask4), x));
+    em_tensor *h =
+        em_nn_layer_norm_forward(b->sa_layer_norm, em_add(em__mhsa_forward4(b->attention, x, mask4, plan), x));
     em_tensor *y = em_nn_layer_norm_forward(b->output_layer_norm, em_add(em_nn_ffn_forward(b->ffn, h), h));
     if (y) r = em_keep(y);
     em_scope_end();
@@ -185,7 +202,7 @@ em_tensor *em_nn_transformer_block_forward(em_nn_transformer_block *b, em_tensor
     em_tensor *r = NULL;
     em_scope_begin();
     em_tensor *m4 = em__attention_mask4(mask, x->shape[0], x->shape[1], op);
-    if (!mask || m4) r = em__block_forward4(b, x, m4);
+    if (!mask || m4) r = em__block_forward4(b, x, m4, NULL);
     if (r) em_keep(r);
     em_scope_end();
     return r;

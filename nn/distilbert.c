@@ -185,9 +185,11 @@ em_distilbert_seqcls *em_distilbert_seqcls_new(const em_distilbert_config *cfg)
 
 /* ---- forward ------------------------------------------------------------------------------ */
 
-em_tensor *em_distilbert_model_forward(em_distilbert_model *m, em_tensor *ids, em_tensor *mask)
+/* The encoder. first_only: the caller reads only each sequence's first token, so a
+ * right-padded batch may run on its real tokens (nn/unpad.c); the result is then
+ * that token's hidden state, [B,D]. Otherwise [B,S,D], every position as HF. */
+static em_tensor *encode(em_distilbert_model *m, em_tensor *ids, em_tensor *mask, bool first_only, const char *op)
 {
-    static const char op[] = "em_distilbert_model_forward";
     EM_PROPAGATE_NULL(ids);
     EM_CHECK(ids->ndim == 2 && (ids->dtype == EM_I64 || ids->dtype == EM_I32), op,
              "input_ids must be i64/i32 [batch, seq], got %s %s", em_dtype_name(ids->dtype), em__shape_str(ids));
@@ -204,20 +206,30 @@ em_tensor *em_distilbert_model_forward(em_distilbert_model *m, em_tensor *ids, e
         if (pos && !em_device_eq(pos->device, ids->device)) pos = em_to(pos, ids->device);
         em_tensor *x = em_add(em_nn_embedding_forward(e->word_embeddings, ids),
                               em_nn_embedding_forward(e->position_embeddings, pos));
+        em__packing plan;
+        bool packed = first_only && x && em__pack_plan(mask, B, S, &plan);
+        if (packed) x = em__pack_rows(&plan, x);
         x = em_nn_dropout_forward(e->dropout, em_nn_layer_norm_forward(e->LayerNorm, x));
-        for (int64_t i = 0; i < m->config.n_layers; i++) x = em__block_forward4(m->layer[i], x, m4);
+        for (int64_t i = 0; i < m->config.n_layers; i++)
+            x = em__block_forward4(m->layer[i], x, m4, packed ? &plan : NULL);
+        if (first_only) x = packed ? em_index_select(x, 0, plan.first) : em_select(x, 1, 0);
         if (x) r = em_keep(x);
     }
     em_scope_end();
     return r;
 }
 
+em_tensor *em_distilbert_model_forward(em_distilbert_model *m, em_tensor *ids, em_tensor *mask)
+{
+    return encode(m, ids, mask, false, "em_distilbert_model_forward");
+}
+
 em_seqcls_output em_distilbert_seqcls_forward(em_distilbert_seqcls *m, const em_seqcls_inputs *in)
 {
     em_seqcls_output out = {0};
     em_scope_begin();
-    em_tensor *h = em_distilbert_model_forward(m->distilbert, in->input_ids, in->attention_mask);
-    em_tensor *pooled = em_select(h, 1, 0);   /* hidden[:, 0] */
+    /* hidden[:, 0], computed on the real tokens only when the batch is right-padded */
+    em_tensor *pooled = encode(m->distilbert, in->input_ids, in->attention_mask, true, "em_distilbert_seqcls_forward");
     em_tensor *x = em_relu(em_nn_linear_forward(m->pre_classifier, pooled));
     em_tensor *logits = em_nn_linear_forward(m->classifier, em_nn_dropout_forward(m->dropout, x));
     em_tensor *loss = NULL;

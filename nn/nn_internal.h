@@ -41,10 +41,17 @@ em_tensor *em__attention_mask4(em_tensor *mask, int64_t B, int64_t S, const char
  * dropout_p applies to the attention weights (0 in eval). */
 em_tensor *em__mha_core(em_tensor *q, em_tensor *k, em_tensor *v, em_tensor *mask4, int64_t n_heads,
                         double dropout_p);
+/* The same for an unpadded encoder (nn/unpad.c): key lengths lens (i32 [B]) instead of
+ * a mask, and the padding query rows of the context are left unspecified (not read). */
+em_tensor *em__mha_core_lens(em_tensor *q, em_tensor *k, em_tensor *v, em_tensor *lens, int64_t n_heads,
+                             double dropout_p);
 /* DistilBERT's attention and block with a ready [B,1,1,S] mask (or NULL);
- * x is checked by the caller. */
-em_tensor *em__mhsa_forward4(em_nn_mhsa *a, em_tensor *x, em_tensor *mask4);
-em_tensor *em__block_forward4(em_nn_transformer_block *b, em_tensor *x, em_tensor *mask4);
+ * x is checked by the caller. With a plan (nn/unpad.c), x is the packed [n,D]
+ * rows instead, and only attention sees [B,S,D] (mask4 unused). */
+struct em__packing;
+em_tensor *em__mhsa_forward4(em_nn_mhsa *a, em_tensor *x, em_tensor *mask4, const struct em__packing *plan);
+em_tensor *em__block_forward4(em_nn_transformer_block *b, em_tensor *x, em_tensor *mask4,
+                              const struct em__packing *plan);
 /* ---- unpadding (nn/unpad.c) ------------------------------------------------------- */
 /* The real tokens of a right-padded batch: pack (i64 [n]) lists each real token's
  * padded row b*S+s in order; unpack (i64 [B*S]) gives each padded row's packed row
@@ -53,6 +60,7 @@ em_tensor *em__block_forward4(em_nn_transformer_block *b, em_tensor *x, em_tenso
 typedef struct em__packing {
     int64_t B, S, n;
     em_tensor *pack, *unpack, *first;
+    em_tensor *lens;   /* i32 [B]: the sequence lengths */
 } em__packing;
 /* false (plan zeroed) unless mask is a CPU [B,S] mask whose rows are non-empty
  * prefixes of ones and some padding exists: then the caller keeps the padded path. */

@@ -43,7 +43,8 @@ bool em__pack_plan(em_tensor *mask, int64_t B, int64_t S, em__packing *plan)
     }
     int64_t *pack = em__malloc(sizeof(int64_t) * (size_t)n), *unpack = em__malloc(sizeof(int64_t) * (size_t)(B * S));
     int64_t *first = em__malloc(sizeof(int64_t) * (size_t)B);
-    if (pack && unpack && first) {
+    int32_t *len32 = em__malloc(sizeof(int32_t) * (size_t)B);
+    if (pack && unpack && first && len32) {
         int64_t at = 0;
         for (int64_t b = 0; b < B; b++) {
             first[b] = at;
@@ -57,9 +58,11 @@ bool em__pack_plan(em_tensor *mask, int64_t B, int64_t S, em__packing *plan)
         plan->pack = em_from_data(pack, 1, (int64_t[]){n}, EM_I64);
         plan->unpack = em_from_data(unpack, 1, (int64_t[]){B * S}, EM_I64);
         plan->first = em_from_data(first, 1, (int64_t[]){B}, EM_I64);
+        for (int64_t b = 0; b < B; b++) len32[b] = (int32_t)len[b];
+        plan->lens = em_from_data(len32, 1, (int64_t[]){B}, EM_I32);
     }
-    em__free(len), em__free(pack), em__free(unpack), em__free(first);
-    if (!plan->pack || !plan->unpack || !plan->first) {
+    em__free(len), em__free(pack), em__free(unpack), em__free(first), em__free(len32);
+    if (!plan->pack || !plan->unpack || !plan->first || !plan->lens) {
         memset(plan, 0, sizeof *plan);
         return false;
     }

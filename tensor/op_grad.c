@@ -139,7 +139,7 @@ em_tensor *em__sdpa_lens_mask(em_tensor *lens, int64_t sk)
 }
 
 em_tensor *em__sdpa(em_tensor *q, em_tensor *k, em_tensor *v, em_tensor *lens, double dropout_p, uint64_t seed,
-                    uint64_t offset)
+                    uint64_t offset, bool pad_queries)
 {
     static const char op[] = "em__sdpa";
     EM_PROPAGATE_NULL(q, k, v);
@@ -164,7 +164,7 @@ em_tensor *em__sdpa(em_tensor *q, em_tensor *k, em_tensor *v, em_tensor *lens, d
     em_tensor *out = em__empty(4, oshape, q->dtype, q->device), *lse = em__empty(4, lshape, EM_F32, q->device);
     if (out && lse && (!lens || l32)) {
         em_kargs ka = {.op = EM_OP_SDPA, .in = {q, k, v, l32}, .out = {out, lse},
-                       .f = {1.0 / sqrt((double)q->shape[3]), dropout_p}, .i = {(int64_t)seed, (int64_t)offset}};
+                       .f = {1.0 / sqrt((double)q->shape[3]), dropout_p}, .i = {(int64_t)seed, (int64_t)offset, pad_queries && lens}};
         em_status s = em__dispatch(&ka);
         if (s == EM_OK) r = em_keep(out);
         else if (s == EM_ERR_UNSUPPORTED)   /* the backend declined (no error set): compose */
@@ -289,7 +289,7 @@ em_tensor *em_scaled_dot_product_attention(em_tensor *q, em_tensor *k, em_tensor
         em_scope_begin();   /* owns a CPU mask's lens */
         if (!mask || key_lengths(mask, q, k->shape[2], &lens)) {
             fused = true;
-            r = em__sdpa(q, k, v, lens, dropout_p, seed, offset);
+            r = em__sdpa(q, k, v, lens, dropout_p, seed, offset, false);
             if (r) em_keep(r);
         }
         em_scope_end();

@@ -43,9 +43,11 @@ em_tensor *em_scaled_dot_product_attention(em_tensor *q, em_tensor *k, em_tensor
  * and v [B,H,Sk,D] (Sk > 0); lens NULL or i32/i64 [B] on q's device;
  * dropout_p in [0, 1). When the device's kernel declines the case (cuDNN takes
  * only f16 and bf16 without dropout, some head dims and layouts) it returns
- * the composed ops' result instead. On the CPU it runs tensor/cpu/k_sdpa.c. */
+ * the composed ops' result instead. On the CPU it runs tensor/cpu/k_sdpa.c.
+ * pad_queries (with lens): query rows i >= lens[b] are padding whose output
+ * nobody reads; the CPU kernel skips them (writes 0), a fallback computes them. */
 em_tensor *em__sdpa(em_tensor *q, em_tensor *k, em_tensor *v, em_tensor *lens, double dropout_p, uint64_t seed,
-                    uint64_t offset);
+                    uint64_t offset, bool pad_queries);
 /* The bool key mask [B,1,1,Sk] (j < lens[b]) of lens [B] (for the rule and the fallback). */
 em_tensor *em__sdpa_lens_mask(em_tensor *lens, int64_t sk);
 

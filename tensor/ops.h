@@ -81,8 +81,10 @@ struct em_tensor;
        dtype's lowest finite value), f[1]) v. in[0]=q [B,H,Sq,D], in[1]=k, in[2]=v       \
        [B,H,Sk,D] (one float dtype, any strides), in[3]=lens i32 [B] (key padding: keys  \
        j >= lens[b] masked) or NULL; f[1] the dropout p in [0,1) on the [B,H,Sq,Sk]     \
-       weights, keyed like DROPOUT by i[0]=seed, i[1]=offset -> out[0] [B,H,Sq,D],      \
-       out[1]=lse f32 [B,H,Sq,1] (logsumexp of the masked scaled scores). A backend may \
+       weights, keyed like DROPOUT by i[0]=seed, i[1]=offset; i[2]=1: queries i >=      \
+       lens[b] are padding, their rows of out[0], out[1] and of q's gradient are 0 (a  \
+       composed fallback computes them; callers must not read them) -> out[0]         \
+       [B,H,Sq,D], out[1]=lse f32 [B,H,Sq,1] (logsumexp of the masked scaled scores). A \
        decline a case with EM_ERR_UNSUPPORTED, no error set (cuDNN's engine: half types \
        only, no dropout); em__sdpa then composes it (op_grad.c). */                      \
     X(SDPA)                                                                              \

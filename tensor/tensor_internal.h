@@ -157,12 +157,13 @@ typedef struct em_backend {
     /* SDPA's backward (ops.h SDPA) as one fused call, for autograd's rule: dq, dk,
      * dv (contiguous, allocated by the caller; q, k, v's shapes and dtype) from the
      * forward's q, k, v, lens (or NULL), scale, its outputs out and lse, dout
-     * (out's shape), and the forward's dropout (p, Philox seed and offset; p 0:
-     * none). EM_ERR_UNSUPPORTED, nothing written and no error set, for a case it
-     * does not take (the rule then composes the gradient). */
+     * (out's shape), the forward's dropout (p, Philox seed and offset; p 0: none)
+     * and its pad_queries (op SDPA's i[2]). EM_ERR_UNSUPPORTED, nothing written
+     * and no error set, for a case it does not take (the rule then composes the
+     * gradient). */
     em_status (*sdpa_bwd)(em_tensor *dq, em_tensor *dk, em_tensor *dv, em_tensor *q, em_tensor *k, em_tensor *v,
                           em_tensor *lens, double scale, em_tensor *out, em_tensor *lse, em_tensor *dout,
-                          double dropout_p, uint64_t seed, uint64_t offset);
+                          double dropout_p, uint64_t seed, uint64_t offset, bool pad_queries);
 } em_backend;
 
 void em__register_backend(const em_backend *b);

@@ -603,7 +603,7 @@ static int c_sdpa(ctx *c, em_tensor **o)
     em_tensor *q = gen(c, EM_SHAPE(2, 3, 17, 16), -1, 1), *k = gen(c, EM_SHAPE(2, 3, 9, 16), -1, 1);
     em_tensor *v = gen(c, EM_SHAPE(2, 3, 9, 16), -1, 1);
     em_tensor *lens = c->variant ? em_to(em_from_data((const int32_t[]){9, 5}, EM_SHAPE(2), EM_I32), c->dev) : NULL;
-    o[0] = em__sdpa(q, k, v, lens, 0.0, 0, 0);
+    o[0] = em__sdpa(q, k, v, lens, 0.0, 0, 0, false);
     return 1;
 }
 

@@ -222,9 +222,10 @@ F(scatter_add, em_scatter_add(x[0], 0, x[1], x[2]))
 
 MK(sdpa, x[0] = R(EM_SHAPE(2, 2, 3, 4), -1, 1); x[1] = R_t(EM_SHAPE(2, 2, 3, 4), -1, 1);
    x[2] = R(EM_SHAPE(2, 2, 3, 4), -1, 1); x[3] = em_from_data((const int32_t[]){3, 2}, EM_SHAPE(2), EM_I32))
-F(sdpa_fused, em__sdpa(x[0], x[1], x[2], x[3], 0.0, 0, 0))
-F(sdpa_fused_nomask, em__sdpa(x[0], x[1], x[2], NULL, 0.0, 0, 0))
-F(sdpa_fused_dropout, em__sdpa(x[0], x[1], x[2], x[3], 0.3, 5, 9))
+F(sdpa_fused, em__sdpa(x[0], x[1], x[2], x[3], 0.0, 0, 0, false))
+F(sdpa_fused_nomask, em__sdpa(x[0], x[1], x[2], NULL, 0.0, 0, 0, false))
+F(sdpa_fused_dropout, em__sdpa(x[0], x[1], x[2], x[3], 0.3, 5, 9, false))
+F(sdpa_fused_padq, em__sdpa(x[0], x[1], x[2], x[3], 0.3, 5, 9, true))
 
 typedef struct gc_case {
     em_op op;
@@ -306,6 +307,7 @@ static const gc_case cases[] = {
     C(SDPA, "fused sdpa [2,2,3,4], transposed k, key lengths (3, 2)", 4, sdpa, sdpa_fused),
     C(SDPA, "fused sdpa without a mask", 3, sdpa, sdpa_fused_nomask),
     C(SDPA, "fused sdpa, key lengths (3, 2), dropout p=0.3", 4, sdpa, sdpa_fused_dropout),
+    C(SDPA, "fused sdpa, dropout, padding queries skipped", 4, sdpa, sdpa_fused_padq),
     C(CAT, "cat dim 1 with a transposed input and a legacy [0]", 4, cat, cat),
     C(CAT, "stack dim 0", 1, x34, stack),
     C(CAT, "stack dim 2, mixed layouts", 4, cat, stack_mixed),
@@ -654,7 +656,7 @@ START_TEST(sdpa_fused_cpu_matches_composed_with_dropout)
             uint8_t keep[2][7] = {{1, 1, 1, 1, 1, 1, 1}, {1, 1, 1, 0, 0, 0, 0}};
             em_tensor *mask = B(EM_SHAPE(Bn, 1, 1, Sk), &keep[0][0]);
             em_tensor *lens = em_from_data((const int32_t[]){7, 3}, EM_SHAPE(2), EM_I32);
-            em_tensor *fused = em__sdpa(xq, xk, xv, lens, 0.25, 42, 1000);
+            em_tensor *fused = em__sdpa(xq, xk, xv, lens, 0.25, 42, 1000, false);
             em_tensor *ref = composed_by_hand(yq, yk, yv, mask, 0.25, 42, 1000);
             ck_assert_int_eq(fused->dtype, dt);
             double tol = dt == EM_F64 ? 1e-13 : 2e-6;
@@ -682,16 +684,26 @@ START_TEST(sdpa_fused_cpu_matches_composed_with_dropout)
             ck_assert(bytes_equal(pub, fused));
             int nt = em_num_threads();
             em_set_num_threads(1);
-            em_tensor *one = em__sdpa(xq, xk, xv, lens, 0.25, 42, 1000);
+            em_tensor *one = em__sdpa(xq, xk, xv, lens, 0.25, 42, 1000, false);
             em_set_num_threads(nt);
             ck_assert(bytes_equal(one, fused));
+            /* pad_queries: the real query rows are the same bits; padding rows (batch 1, i >= 3) are 0 */
+            em_tensor *pq = em__sdpa(xq, xk, xv, lens, 0.25, 42, 1000, true);
+            for (int64_t h = 0; h < Hn; h++)
+                for (int64_t i = 0; i < Sq; i++)
+                    for (int64_t d = 0; d < Dn; d++) {
+                        double got = em_get(pq, (int64_t[]){1, h, i, d}), want = em_get(fused, (int64_t[]){1, h, i, d});
+                        ck_assert_msg(i < 3 ? got == want : got == 0.0, "pad_queries [1,%lld,%lld,%lld]: %g vs %g",
+                                      (long long)h, (long long)i, (long long)d, got, want);
+                    }
+            ck_assert(bytes_equal(em_select(pq, 0, 0), em_select(fused, 0, 0)));
             /* bf16: within bf16 rounding of the f32 result */
             if (dt == EM_F32) {
                 em_tensor *h = em__sdpa(em_to_dtype(xq, EM_BF16), em_to_dtype(xk, EM_BF16), em_to_dtype(xv, EM_BF16),
-                                        lens, 0.25, 42, 1000);
+                                        lens, 0.25, 42, 1000, false);
                 em_tensor *hr = em__sdpa(em_to_dtype(em_to_dtype(xq, EM_BF16), EM_F32),
                                          em_to_dtype(em_to_dtype(xk, EM_BF16), EM_F32),
-                                         em_to_dtype(em_to_dtype(xv, EM_BF16), EM_F32), lens, 0.25, 42, 1000);
+                                         em_to_dtype(em_to_dtype(xv, EM_BF16), EM_F32), lens, 0.25, 42, 1000, false);
                 ck_assert_int_eq(h->dtype, EM_BF16);
                 ck_assert(bytes_equal(h, em_to_dtype(hr, EM_BF16)));   /* f32 compute, one rounding */
             }

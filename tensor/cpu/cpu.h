@@ -30,6 +30,6 @@ em_status em_cpu_gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int
 /* SDPA's fused backward (k_sdpa.c): em_backend.sdpa_bwd of the CPU. */
 em_status em__cpu_sdpa_bwd(em_tensor *dq, em_tensor *dk, em_tensor *dv, em_tensor *q, em_tensor *k, em_tensor *v,
                            em_tensor *lens, double scale, em_tensor *out, em_tensor *lse, em_tensor *dout,
-                           double dropout_p, uint64_t seed, uint64_t offset);
+                           double dropout_p, uint64_t seed, uint64_t offset, bool pad_queries);
 
 #endif

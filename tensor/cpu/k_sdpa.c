@@ -137,6 +137,12 @@ static void store_rows(em_tensor *t, int64_t off, const void *src, em_dtype cdt,
         for (int64_t r = 0; r < R; r++) store_vec(t, off + r * D, (const char *)src + (size_t)(r * pad16(D)) * cs, cdt, D);
 }
 
+/* n elements of the contiguous t from element offset off set to 0 */
+static void zero_rows(em_tensor *t, int64_t off, int64_t n)
+{
+    if (n > 0) memset((char *)t->storage->data + (size_t)off * em_dtype_size(t->dtype), 0, (size_t)n * em_dtype_size(t->dtype));
+}
+
 static int64_t off4(const em_tensor *t, int64_t b, int64_t h, int64_t s)
 {
     return t->offset + b * t->stride[0] + h * t->stride[1] + s * t->stride[2];
@@ -164,23 +170,39 @@ static drop drop_of(double p, uint64_t seed, uint64_t offset)
     return (drop){.p = p, .seed = seed, .offset = offset, .thr = (uint32_t)ceil(p * 16777216.0)};
 }
 
-/* keep[r * Skp + j] for the R x sk weights of the global rows r0 .. r0 + R (contiguous
- * in the [B,H,Sq,Sk] order, so one run of Philox counters), 0 for the padding columns
- * up to pad16(sk); bits: scratch of ((R sk + 3) / 4 + 16) * 4 */
-static void keep_block(const drop *dr, int64_t r0, int64_t R, int64_t sk, uint32_t *bits, uint8_t *keep)
+/* keep[r * pad16(skb) + j], j < skb, for the weights of the global rows r0 .. r0 + R
+ * (rows of sk; contiguous in the [B,H,Sq,Sk] order, so one run of Philox counters),
+ * 0 for the padding columns; bits: scratch of ((R sk + 3) / 4 + 16) * 4 */
+static void keep_block(const drop *dr, int64_t r0, int64_t R, int64_t sk, int64_t skb, uint32_t *bits, uint8_t *keep)
 {
-    int64_t skp = pad16(sk);
+    int64_t skbp = pad16(skb);
     uint64_t e0 = (uint64_t)r0 * (uint64_t)sk, first = dr->offset + e0 / 4;
-    int64_t lane0 = (int64_t)(e0 % 4), nblocks = (lane0 + R * sk + 3) / 4;
+    int64_t lane0 = (int64_t)(e0 % 4), nblocks = (lane0 + (R - 1) * sk + skb + 3) / 4;
     for (int64_t b = 0; b < nblocks; b += 16)
         em__philox_batch16(dr->seed, first + (uint64_t)b, (uint32_t(*)[4])(bits + 4 * b));
     for (int64_t r = 0; r < R; r++) {
         const uint32_t *br = bits + lane0 + r * sk;
-        uint8_t *kr = keep + r * skp;
+        uint8_t *kr = keep + r * skbp;
 #pragma omp simd
-        for (int64_t j = 0; j < sk; j++) kr[j] = (br[j] >> 8) >= dr->thr;
-        memset(kr + sk, 0, (size_t)(skp - sk));
+        for (int64_t j = 0; j < skb; j++) kr[j] = (br[j] >> 8) >= dr->thr;
+        memset(kr + skb, 0, (size_t)(skbp - skb));
     }
+}
+
+/* What one (b, h) pair computes: keys j < skb (the key length, or every key when it
+ * is 0: HF's uniform weights over masked keys), queries i < sqb (the key length too
+ * when the op's i[2] says queries past it are padding). */
+typedef struct pair_geom {
+    int64_t sk, skb, skbp, sq, sqb, len;
+} pair_geom;
+
+static pair_geom geom_of(const em_tensor *lens, int64_t b, int64_t sq, int64_t sk, bool pad_queries)
+{
+    pair_geom g = {.sk = sk, .sq = sq, .len = key_len(lens, b, sk)};
+    g.skb = g.len > 0 ? g.len : sk;
+    g.skbp = pad16(g.skb);
+    g.sqb = pad_queries && g.len > 0 && g.len < sq ? g.len : sq;
+    return g;
 }
 
 /* ---- per-thread scratch ---------------------------------------------------------------- */
@@ -218,120 +240,131 @@ static bool scratch_new(scratch *w, size_t cs, int64_t sk, int64_t d)
 /* ---- the pair kernels, for compute type T (float or double) ---------------------------- */
 
 #define SDPA_TYPED(T, SFX, EXP, LOG)                                                                              \
-    /* K, K^T, V, V^T of pair (b, h) into scratch, zero-padded */                                                 \
-    static void load_kv_##SFX(const em_tensor *kk, const em_tensor *v, scratch *w, int64_t b, int64_t h, bool vt) \
+    /* K, K^T, V (and V^T when vt) of pair (b, h), keys j < skb, into scratch, zero-padded */                     \
+    static void load_kv_##SFX(const em_tensor *kk, const em_tensor *v, const pair_geom *pg, scratch *w, int64_t b, \
+                              int64_t h, bool vt)                                                                 \
     {                                                                                                             \
-        int64_t Sk = kk->shape[2], D = kk->shape[3], Skp = pad16(Sk), Dp = pad16(D);                             \
+        int64_t D = kk->shape[3], Skb = pg->skb, Skbp = pg->skbp, Dp = pad16(D);                                  \
         em_dtype cdt = sizeof(T) == 8 ? EM_F64 : EM_F32;                                                          \
         T *K = w->k, *KT = w->kt, *V = w->v, *VT = w->vt;                                                         \
-        memset(K, 0, sizeof(T) * (size_t)(Skp * Dp));                                                             \
-        memset(V, 0, sizeof(T) * (size_t)(Skp * Dp));                                                             \
-        for (int64_t j = 0; j < Sk; j++) {                                                                        \
+        memset(K, 0, sizeof(T) * (size_t)(Skbp * Dp));                                                            \
+        memset(V, 0, sizeof(T) * (size_t)(Skbp * Dp));                                                            \
+        for (int64_t j = 0; j < Skb; j++) {                                                                       \
             load_vec(K + j * Dp, cdt, kk, off4(kk, b, h, j), kk->stride[3], D, Dp);                               \
             load_vec(V + j * Dp, cdt, v, off4(v, b, h, j), v->stride[3], D, Dp);                                  \
         }                                                                                                         \
         for (int64_t c = 0; c < Dp; c++)                                                                          \
-            for (int64_t j = 0; j < Skp; j++) KT[c * Skp + j] = K[j * Dp + c];                                    \
+            for (int64_t j = 0; j < Skbp; j++) KT[c * Skbp + j] = K[j * Dp + c];                                  \
         if (vt)                                                                                                   \
             for (int64_t c = 0; c < Dp; c++)                                                                      \
-                for (int64_t j = 0; j < Skp; j++) VT[c * Skp + j] = V[j * Dp + c];                                \
+                for (int64_t j = 0; j < Skbp; j++) VT[c * Skbp + j] = V[j * Dp + c];                              \
     }                                                                                                             \
                                                                                                                   \
-    /* Rows i0..i0+R of pair (b, h): the queries into w->q, then S, P (in w->s, softmax in place) and, when      \
-     * dropout is on, the keep flags; lse (when non-NULL) gets logsumexp of each row of S. */                     \
-    static void weights_##SFX(const em_tensor *q, const em_tensor *lens, double scale_d, const drop *dr,          \
-                              scratch *w, int64_t b, int64_t h, int64_t i0, int64_t R, float *lse)                \
+    /* Rows i0..i0+R of pair (b, h): the queries into w->q, then P = softmax(S) (in w->s, rows of skbp) and,     \
+     * when dropout is on, the keep flags; lse (when non-NULL) gets logsumexp of each row of S. */                \
+    static void weights_##SFX(const em_tensor *q, const pair_geom *pg, double scale_d, const drop *dr, scratch *w, \
+                              int64_t b, int64_t h, int64_t i0, int64_t R, float *lse)                            \
     {                                                                                                             \
-        int64_t H = q->shape[1], Sq = q->shape[2], D = q->shape[3], Dp = pad16(D), Sk = w->sk, Skp = pad16(Sk);  \
+        int64_t H = q->shape[1], Sq = q->shape[2], D = q->shape[3], Dp = pad16(D);                               \
+        int64_t Skb = pg->skb, Skbp = pg->skbp, len = pg->len;                                                    \
         em_dtype cdt = sizeof(T) == 8 ? EM_F64 : EM_F32;                                                          \
         T *Qb = w->q, *S = w->s;                                                                                  \
         for (int64_t r = 0; r < R; r++) load_vec(Qb + r * Dp, cdt, q, off4(q, b, h, i0 + r), q->stride[3], D, Dp); \
-        gemm_##SFX(R, Skp, Dp, Qb, Dp, 1, (const T *)w->kt, Skp, S, Skp, false);                                    \
-        if (dr->p > 0) keep_block(dr, (b * H + h) * Sq + i0, R, Sk, w->bits, w->keep);                            \
-        int64_t len = key_len(lens, b, Sk);                                                                       \
+        gemm_##SFX(R, Skbp, Dp, Qb, Dp, 1, (const T *)w->kt, Skbp, S, Skbp, false);                               \
+        if (dr->p > 0) keep_block(dr, (b * H + h) * Sq + i0, R, pg->sk, Skb, w->bits, w->keep);                   \
         T scale = (T)scale_d, low = (T)lowest(q->dtype);                                                          \
         for (int64_t r = 0; r < R; r++) {                                                                         \
-            /* whole vectors: the padding columns j >= Sk hold -inf, so exp gives them 0 */                       \
-            T *s = S + r * Skp, mx = -INFINITY, sum = 0;                                                          \
-            _Pragma("omp simd") for (int64_t j = 0; j < Skp; j++) s[j] =                                          \
-                j < len ? s[j] * scale : j < Sk ? low : (T)-INFINITY;                                             \
-            _Pragma("omp simd reduction(max : mx)") for (int64_t j = 0; j < Skp; j++) mx = s[j] > mx ? s[j] : mx; \
-            _Pragma("omp simd reduction(+ : sum)") for (int64_t j = 0; j < Skp; j++) {                            \
+            /* whole vectors: the padding columns j >= skb hold -inf, so exp gives them 0 */                      \
+            T *s = S + r * Skbp, mx = -INFINITY, sum = 0;                                                         \
+            _Pragma("omp simd") for (int64_t j = 0; j < Skbp; j++) s[j] =                                         \
+                j < len ? s[j] * scale : j < Skb ? low : (T)-INFINITY;                                            \
+            _Pragma("omp simd reduction(max : mx)") for (int64_t j = 0; j < Skbp; j++) mx = s[j] > mx ? s[j] : mx; \
+            _Pragma("omp simd reduction(+ : sum)") for (int64_t j = 0; j < Skbp; j++) {                           \
                 s[j] = EXP(s[j] - mx);                                                                            \
                 sum += s[j];                                                                                      \
             }                                                                                                     \
             T inv = (T)1 / sum;                                                                                   \
-            _Pragma("omp simd") for (int64_t j = 0; j < Skp; j++) s[j] *= inv;                                    \
+            _Pragma("omp simd") for (int64_t j = 0; j < Skbp; j++) s[j] *= inv;                                   \
             if (lse) lse[r] = (float)(mx + LOG(sum));                                                             \
         }                                                                                                         \
     }                                                                                                             \
                                                                                                                   \
-    /* dst = dropout(src) with the keep flags of weights_* (rows R of stride Skp) */                              \
-    static void apply_drop_##SFX(T *dst, const T *src, const drop *dr, const uint8_t *keep, int64_t R, int64_t Skp) \
+    /* dst = dropout(src) with the keep flags of weights_* (R rows of n) */                                       \
+    static void apply_drop_##SFX(T *dst, const T *src, const drop *dr, const uint8_t *keep, int64_t R, int64_t n)  \
     {                                                                                                             \
         T ds = (T)(float)(1.0 / (1.0 - dr->p));                                                                   \
         if (sizeof(T) == 8) ds = (T)(1.0 / (1.0 - dr->p));                                                        \
-        _Pragma("omp simd") for (int64_t e = 0; e < R * Skp; e++) dst[e] = keep[e] ? src[e] * ds : 0;             \
+        _Pragma("omp simd") for (int64_t e = 0; e < R * n; e++) dst[e] = keep[e] ? src[e] * ds : 0;               \
     }                                                                                                             \
                                                                                                                   \
     static void forward_pair_##SFX(const em_kargs *k, const drop *dr, scratch *w, int64_t b, int64_t h)            \
     {                                                                                                             \
         const em_tensor *q = k->in[0], *kk = k->in[1], *v = k->in[2];                                             \
         em_tensor *out = k->out[0], *lse = k->out[1];                                                             \
-        int64_t H = q->shape[1], Sq = q->shape[2], D = q->shape[3], Skp = pad16(kk->shape[2]), Dp = pad16(D);    \
+        int64_t H = q->shape[1], Sq = q->shape[2], D = q->shape[3], Dp = pad16(D);                               \
+        pair_geom pg = geom_of(k->in[3], b, Sq, kk->shape[2], k->i[2] != 0);                                      \
         em_dtype cdt = sizeof(T) == 8 ? EM_F64 : EM_F32;                                                          \
-        load_kv_##SFX(kk, v, w, b, h, false);                                                                     \
+        load_kv_##SFX(kk, v, &pg, w, b, h, false);                                                                \
         float *lp = (float *)lse->storage->data + lse->offset;                                                    \
-        for (int64_t i0 = 0; i0 < Sq; i0 += QB) {                                                                 \
-            int64_t R = Sq - i0 < QB ? Sq - i0 : QB, row0 = (b * H + h) * Sq + i0;                                \
-            weights_##SFX(q, k->in[3], k->f[0], dr, w, b, h, i0, R, lp + row0);                                   \
+        int64_t base = (b * H + h) * Sq;                                                                          \
+        for (int64_t i0 = 0; i0 < pg.sqb; i0 += QB) {                                                             \
+            int64_t R = pg.sqb - i0 < QB ? pg.sqb - i0 : QB, row0 = base + i0;                                    \
+            weights_##SFX(q, &pg, k->f[0], dr, w, b, h, i0, R, lp + row0);                                        \
             T *P = w->s;                                                                                          \
-            if (dr->p > 0) apply_drop_##SFX(P, P, dr, w->keep, R, Skp);                                           \
+            if (dr->p > 0) apply_drop_##SFX(P, P, dr, w->keep, R, pg.skbp);                                       \
             T *Ob = w->o;                                                                                         \
-            gemm_##SFX(R, Dp, Skp, P, Skp, 1, (const T *)w->v, Dp, Ob, Dp, false);                                   \
+            gemm_##SFX(R, Dp, pg.skbp, P, pg.skbp, 1, (const T *)w->v, Dp, Ob, Dp, false);                        \
             store_rows(out, out->offset + row0 * D, Ob, cdt, R, D);                                               \
         }                                                                                                         \
+        /* padding queries: 0 */                                                                                  \
+        zero_rows(out, out->offset + (base + pg.sqb) * D, (Sq - pg.sqb) * D);                                     \
+        for (int64_t i = pg.sqb; i < Sq; i++) lp[base + i] = 0;                                                   \
     }                                                                                                             \
                                                                                                                   \
     /* t: [dq, dk, dv, q, k, v, lens, dout] */                                                                    \
-    static void backward_pair_##SFX(em_tensor *const *t, double sc, const drop *dr, scratch *w, int64_t b,         \
-                                    int64_t h)                                                                    \
+    static void backward_pair_##SFX(em_tensor *const *t, double sc, bool pad_queries, const drop *dr, scratch *w,  \
+                                    int64_t b, int64_t h)                                                         \
     {                                                                                                             \
         em_tensor *dq = t[0], *dk = t[1], *dv = t[2];                                                             \
         const em_tensor *q = t[3], *kk = t[4], *v = t[5], *g = t[7];                                              \
-        int64_t H = q->shape[1], Sq = q->shape[2], D = q->shape[3], Sk = kk->shape[2];                            \
-        int64_t Skp = pad16(Sk), Dp = pad16(D);                                                                   \
+        int64_t H = q->shape[1], Sq = q->shape[2], D = q->shape[3], Sk = kk->shape[2], Dp = pad16(D);            \
+        pair_geom pg = geom_of(t[6], b, Sq, Sk, pad_queries);                                                     \
+        int64_t Skbp = pg.skbp, len = pg.len;                                                                     \
         em_dtype cdt = sizeof(T) == 8 ? EM_F64 : EM_F32;                                                          \
-        load_kv_##SFX(kk, v, w, b, h, true);                                                                      \
+        load_kv_##SFX(kk, v, &pg, w, b, h, true);                                                                 \
         T *dK = w->dk, *dV = w->dv, *Qb = w->q, *G = w->g, *dQb = w->o, *P = w->s, *dP = w->p, *Tr = w->t;        \
-        memset(dK, 0, sizeof(T) * (size_t)(Skp * Dp));                                                            \
-        memset(dV, 0, sizeof(T) * (size_t)(Skp * Dp));                                                            \
+        memset(dK, 0, sizeof(T) * (size_t)(Skbp * Dp));                                                           \
+        memset(dV, 0, sizeof(T) * (size_t)(Skbp * Dp));                                                           \
         T scale = (T)sc;                                                                                          \
-        int64_t len = key_len(t[6], b, Sk);                                                                       \
-        for (int64_t i0 = 0; i0 < Sq; i0 += QB) {                                                                 \
-            int64_t R = Sq - i0 < QB ? Sq - i0 : QB, row0 = (b * H + h) * Sq + i0;                                \
-            weights_##SFX(q, t[6], sc, dr, w, b, h, i0, R, NULL);                                                 \
+        int64_t base = (b * H + h) * Sq;                                                                          \
+        for (int64_t i0 = 0; i0 < pg.sqb; i0 += QB) {                                                             \
+            int64_t R = pg.sqb - i0 < QB ? pg.sqb - i0 : QB, row0 = base + i0;                                    \
+            weights_##SFX(q, &pg, sc, dr, w, b, h, i0, R, NULL);                                                  \
             for (int64_t r = 0; r < R; r++) load_vec(G + r * Dp, cdt, g, g->offset + (row0 + r) * D, 1, D, Dp);   \
             /* dV += Pd^T dO (Pd in Tr when dropout is on) */                                                     \
             const T *Pd = P;                                                                                      \
-            if (dr->p > 0) apply_drop_##SFX(Tr, P, dr, w->keep, R, Skp), Pd = Tr;                                     \
-            gemm_##SFX(Skp, Dp, R, Pd, 1, Skp, G, Dp, dV, Dp, true);                                              \
+            if (dr->p > 0) apply_drop_##SFX(Tr, P, dr, w->keep, R, Skbp), Pd = Tr;                                \
+            gemm_##SFX(Skbp, Dp, R, Pd, 1, Skbp, G, Dp, dV, Dp, true);                                            \
             /* dP = dropout(dO V^T); D = rowsum(P dP); dS = scale P (dP - D), 0 at masked keys */                 \
-            gemm_##SFX(R, Skp, Dp, G, Dp, 1, (const T *)w->vt, Skp, dP, Skp, false);                              \
-            if (dr->p > 0) apply_drop_##SFX(dP, dP, dr, w->keep, R, Skp);                                         \
+            gemm_##SFX(R, Skbp, Dp, G, Dp, 1, (const T *)w->vt, Skbp, dP, Skbp, false);                           \
+            if (dr->p > 0) apply_drop_##SFX(dP, dP, dr, w->keep, R, Skbp);                                        \
             for (int64_t r = 0; r < R; r++) {                                                                     \
-                T *pr = P + r * Skp, *dr_ = dP + r * Skp, dsum = 0;                                               \
-                _Pragma("omp simd reduction(+ : dsum)") for (int64_t j = 0; j < Skp; j++) dsum += pr[j] * dr_[j]; \
-                _Pragma("omp simd") for (int64_t j = 0; j < Skp; j++) dr_[j] =                                    \
+                T *pr = P + r * Skbp, *dr_ = dP + r * Skbp, dsum = 0;                                             \
+                _Pragma("omp simd reduction(+ : dsum)") for (int64_t j = 0; j < Skbp; j++) dsum += pr[j] * dr_[j]; \
+                _Pragma("omp simd") for (int64_t j = 0; j < Skbp; j++) dr_[j] =                                   \
                     j < len ? pr[j] * (dr_[j] - dsum) * scale : 0;                                                \
             }                                                                                                     \
             /* dQb = dS K; dK += dS^T Qb */                                                                       \
-            gemm_##SFX(R, Dp, Skp, dP, Skp, 1, (const T *)w->k, Dp, dQb, Dp, false);                              \
+            gemm_##SFX(R, Dp, Skbp, dP, Skbp, 1, (const T *)w->k, Dp, dQb, Dp, false);                            \
             store_rows(dq, dq->offset + row0 * D, dQb, cdt, R, D);                                                \
-            gemm_##SFX(Skp, Dp, R, dP, 1, Skp, Qb, Dp, dK, Dp, true);                                             \
+            gemm_##SFX(Skbp, Dp, R, dP, 1, Skbp, Qb, Dp, dK, Dp, true);                                           \
         }                                                                                                         \
-        store_rows(dk, dk->offset + (b * H + h) * Sk * D, dK, cdt, Sk, D);                                        \
-        store_rows(dv, dv->offset + (b * H + h) * Sk * D, dV, cdt, Sk, D);                                        \
+        zero_rows(dq, dq->offset + (base + pg.sqb) * D, (Sq - pg.sqb) * D);                                       \
+        int64_t kb = (b * H + h) * Sk;                                                                            \
+        store_rows(dk, dk->offset + kb * D, dK, cdt, pg.skb, D);                                                  \
+        store_rows(dv, dv->offset + kb * D, dV, cdt, pg.skb, D);                                                  \
+        zero_rows(dk, dk->offset + (kb + pg.skb) * D, (Sk - pg.skb) * D);                                         \
+        zero_rows(dv, dv->offset + (kb + pg.skb) * D, (Sk - pg.skb) * D);                                         \
     }
 
 SDPA_TYPED(float, f32, em__expf, logf)
@@ -363,7 +396,7 @@ int em_cpu_SDPA(const em_kargs *k)
 
 em_status em__cpu_sdpa_bwd(em_tensor *dq, em_tensor *dk, em_tensor *dv, em_tensor *q, em_tensor *k, em_tensor *v,
                            em_tensor *lens, double scale, em_tensor *out, em_tensor *lse, em_tensor *dout,
-                           double dropout_p, uint64_t seed, uint64_t offset)
+                           double dropout_p, uint64_t seed, uint64_t offset, bool pad_queries)
 {
     (void)out, (void)lse;   /* P is recomputed as the forward did; D = rowsum(P dP), not out . dout */
     int64_t B = q->shape[0], H = q->shape[1], Sq = q->shape[2], D = q->shape[3], Sk = k->shape[2];
@@ -374,6 +407,7 @@ em_status em__cpu_sdpa_bwd(em_tensor *dq, em_tensor *dk, em_tensor *dv, em_tenso
     bool dbl = q->dtype == EM_F64;
     size_t cs = dbl ? sizeof(double) : sizeof(float);
     em_tensor *t[8] = {dq, dk, dv, q, k, v, lens, dout};
+    pad_queries = pad_queries && lens;
     int failed = 0;
 #pragma omp parallel num_threads(threads_for(B * H * (Sq + 1) * Sk * D, B * H)) reduction(| : failed)
     {
@@ -382,8 +416,8 @@ em_status em__cpu_sdpa_bwd(em_tensor *dq, em_tensor *dk, em_tensor *dv, em_tenso
 #pragma omp for schedule(static)
         for (int64_t bh = 0; bh < B * H; bh++) {
             if (failed) continue;
-            if (dbl) backward_pair_f64(t, scale, &dr, &w, bh / H, bh % H);
-            else backward_pair_f32(t, scale, &dr, &w, bh / H, bh % H);
+            if (dbl) backward_pair_f64(t, scale, pad_queries, &dr, &w, bh / H, bh % H);
+            else backward_pair_f32(t, scale, pad_queries, &dr, &w, bh / H, bh % H);
         }
         em__free(w.block);
     }

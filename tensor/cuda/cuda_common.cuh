@@ -46,8 +46,8 @@ extern "C" em_status em__cuda_unscale(int dev, em_tensor *const *t, int n, float
 extern "C" em_status em__cuda_linear(em_tensor *out, em_tensor *a, em_tensor *b, em_tensor *bias, int act);   /* k_lt_matmul.cu */
 extern "C" em_status em__cuda_sdpa_bwd(em_tensor *dq, em_tensor *dk, em_tensor *dv, em_tensor *q, em_tensor *k,
                                      em_tensor *v, em_tensor *lens, double scale, em_tensor *out, em_tensor *lse,
-                                     em_tensor *dout, double dropout_p, uint64_t seed,
-                                     uint64_t offset);   /* k_sdpa_cudnn.cu */
+                                     em_tensor *dout, double dropout_p, uint64_t seed, uint64_t offset,
+                                     bool pad_queries);   /* k_sdpa_cudnn.cu */
 
 namespace emcu {
 

@@ -381,7 +381,7 @@ bool key_of(Key *key, bool bwd, const em_tensor *q, const em_tensor *k, const em
 extern "C" int em_cuda_SDPA(const em_kargs *k)
 {
     Key key;
-    if (k->f[1] != 0.0) return EM_ERR_UNSUPPORTED;   /* dropout: Philox masks, composed (see the header) */
+    if (k->f[1] != 0.0 || k->i[2]) return EM_ERR_UNSUPPORTED;   /* dropout (Philox masks) or padding queries: composed */
     if (!key_of(&key, false, k->in[0], k->in[1], k->in[2], k->out[0], nullptr, k->in[3])) return EM_ERR_UNSUPPORTED;
     const int64_t uids[] = {U_Q, U_K, U_V, U_O, U_STATS};
     void *const ptrs[] = {ptr(k->in[0]), ptr(k->in[1]), ptr(k->in[2]), ptr(k->out[0]), ptr(k->out[1])};
@@ -390,11 +390,12 @@ extern "C" int em_cuda_SDPA(const em_kargs *k)
 
 extern "C" em_status em__cuda_sdpa_bwd(em_tensor *dq, em_tensor *dk, em_tensor *dv, em_tensor *q, em_tensor *k,
                                        em_tensor *v, em_tensor *lens, double scale, em_tensor *out, em_tensor *lse,
-                                       em_tensor *dout, double dropout_p, uint64_t seed, uint64_t offset)
+                                       em_tensor *dout, double dropout_p, uint64_t seed, uint64_t offset,
+                                       bool pad_queries)
 {
     (void)seed, (void)offset;
     Key key;
-    if (dropout_p != 0.0) return EM_ERR_UNSUPPORTED;   /* the forward never takes dropout either */
+    if (dropout_p != 0.0 || pad_queries) return EM_ERR_UNSUPPORTED;   /* the forward never takes them either */
     if (!key_of(&key, true, q, k, v, out, dout, lens) || !em_is_contiguous(dq) || !em_is_contiguous(dk) ||
         !em_is_contiguous(dv) || !em_is_contiguous(lse))
         return EM_ERR_UNSUPPORTED;
