@@ -89,6 +89,74 @@ bool em_remove_hook(em_tensor *t, em_grad_hook fn, void *user);
 /** em_remove_hook for a post-accumulate-grad hook on a leaf. */
 bool em_remove_post_accumulate_grad_hook(em_tensor *leaf, em_post_accumulate_hook fn, void *user);
 
+/* ---- custom functions (torch.autograd.Function) -------------------------------- */
+/** An op written in C with its own backward (autograd/function.c). Define the
+ * two callbacks, then call em_function_apply where the op is used:
+ *
+ *     static em_status fwd(em_function_ctx *ctx, int n_in, em_tensor *const *in, int n_out, em_tensor **out)
+ *     {   em_ctx_save_for_backward(ctx, 1, in);          // x, for the derivative
+ *         out[0] = em_mul(in[0], em_sigmoid(in[0]));       // silu(x) = x sigmoid(x)
+ *         return out[0] ? EM_OK : em_last_status(); }
+ *     static void bwd(em_function_ctx *ctx, int n_out, em_tensor *const *gout, int n_in, em_tensor **gin)
+ *     {   em_tensor *x = em_ctx_saved(ctx, 0), *s = em_sigmoid(x);
+ *         if (em_ctx_needs_input_grad(ctx, 0))           // silu' = s (1 + x - x s)
+ *             gin[0] = em_mul(gout[0], em_mul(s, em_add_scalar(em_sub(x, em_mul(x, s)), 1))); }
+ *     static const em_function silu_fn = {.name = "SiLU", .forward = fwd, .backward = bwd};
+ *     ...
+ *     em_tensor *y;
+ *     em_function_apply(&silu_fn, 1, &x, 1, &y, NULL);
+ *
+ * Contract:
+ *   - forward runs with recording off (its ops build no graph) and under the
+ *     caller's autocast region; it writes n_out NEW tensors (op results, owned
+ *     by the current scope, none of them one of the inputs) into out[] and
+ *     returns EM_OK, or an error status (em_function_apply then returns it and records
+ *     nothing). Scalars go to em_ctx_set_scalar, tensors to
+ *     em_ctx_save_for_backward (inputs or outputs; they are version-checked:
+ *     an in-place change before backward is misuse, as for built-in ops).
+ *   - backward runs during em_backward with recording off, autocast off, inside
+ *     a scope that owns what it makes. gout[j] is the gradient of out[j]
+ *     (zeros when out[j] was not used; never NULL). It writes gin[i] for the
+ *     inputs with em_ctx_needs_input_grad(ctx, i) true, of in[i]'s shape (NULL
+ *     means a zero gradient); a wrong shape is misuse naming the function.
+ *   - An output marked with em_ctx_mark_non_differentiable (from forward) does
+ *     not require grad, and its gout is always zeros.
+ *   - When recording is off or no input requires grad, only forward runs.
+ *   - gradcheck (f64), DDP's hooks and gradient accumulation see the node like
+ *     any built-in op.
+ * n_in >= 0; 1 <= n_out <= 4. The em_function must outlive the graph. */
+typedef struct em_function_ctx em_function_ctx;
+/** A custom function: its name and its two callbacks (see em_function_ctx). */
+typedef struct em_function {
+    const char *name;   /**< em_grad_fn_name and messages ("SiLU") */
+    /** computes out[0..n_out) from in[0..n_in) (see the contract above) */
+    em_status (*forward)(em_function_ctx *ctx, int n_in, em_tensor *const *in, int n_out, em_tensor **out);
+    /** writes gin[i] from gout[0..n_out) for the inputs that need it */
+    void (*backward)(em_function_ctx *ctx, int n_out, em_tensor *const *gout, int n_in, em_tensor **gin);
+} em_function;
+/** Runs f on in[0..n_in) into out[0..n_out) and records one node when grad mode is
+ * on and an input requires grad. user reaches the callbacks via em_ctx_user.
+ * Returns EM_OK, forward's error, or EM_ERR_OOM / EM_ERR_INVALID (misuse) with
+ * out[] all NULL. */
+em_status em_function_apply(const em_function *f, int n_in, em_tensor *const *in, int n_out, em_tensor **out,
+                            void *user);
+/** Keeps n tensors for backward (aliases; call once or more, from forward). */
+void em_ctx_save_for_backward(em_function_ctx *ctx, int n, em_tensor *const *t);
+/** The i-th saved tensor (in save order), borrowed; NULL past the end. */
+em_tensor *em_ctx_saved(const em_function_ctx *ctx, int i);
+/** How many tensors forward saved. */
+int em_ctx_n_saved(const em_function_ctx *ctx);
+/** Keeps a scalar for backward in slot 0..7, like ctx.k = 3 in torch. */
+void em_ctx_set_scalar(em_function_ctx *ctx, int slot, double v);
+/** The scalar in slot 0..7 (0 when never set). */
+double em_ctx_scalar(const em_function_ctx *ctx, int slot);
+/** Whether backward must produce in[i]'s gradient (torch's ctx.needs_input_grad[i]). */
+bool em_ctx_needs_input_grad(const em_function_ctx *ctx, int i);
+/** Marks out[j] as not differentiable (an index, a mask); call from forward. */
+void em_ctx_mark_non_differentiable(em_function_ctx *ctx, int j);
+/** The user pointer given to em_function_apply. */
+void *em_ctx_user(const em_function_ctx *ctx);
+
 /* ---- gradcheck ------------------------------------------------------------------ */
 /** f maps n f64 inputs to one f64 output. Compares the analytic gradient of
  * sum(out * w) (w random, fixed) with central differences of step eps.

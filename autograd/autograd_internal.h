@@ -7,6 +7,7 @@
 
 #define EM_NODE_MAX_OUT EM_KARGS_OUT
 #define EM_ACCUMULATE_GRAD EM_NUM_OPS   /* the op id of a leaf's AccumulateGrad node */
+#define EM_CUSTOM_FUNCTION (EM_NUM_OPS + 1)   /* the op id of an em_function's node */
 
 typedef struct em_hook_list {
     int n, cap;
@@ -34,6 +35,7 @@ struct em_node {
     /* Geometry of inputs (n_in rows) and outputs, always kept (cheap). */
     struct em_geom { int ndim; int64_t shape[EM_MAX_DIMS]; em_dtype dtype; em_device device; } *in, out[EM_NODE_MAX_OUT];
     em_device device;
+    em_function_ctx *fn;             /* EM_CUSTOM_FUNCTION: the function and its saved state (owned) */
     em_hook_list pre_hooks[EM_NODE_MAX_OUT];   /* em_grad_hook, per output */
     /* AccumulateGrad only */
     em_tensor *leaf;                 /* weak: cleared when the leaf dies         */
@@ -69,6 +71,21 @@ typedef struct em_rule {
 } em_rule;
 
 extern const em_rule em_rules[EM_NUM_OPS];
+
+/* The node's name: the op's, "AccumulateGrad", or a custom function's. */
+const char *em__node_name(const em_node *n);
+
+/* Custom functions (autograd/function.c), for the engine: */
+const char *em__fn_name(const em_function_ctx *c);
+void em__fn_free(em_function_ctx *c);               /* the context and its saved tensors */
+bool em__fn_release_saved(em_function_ctx *c);      /* drops saved tensors; true when there were any */
+void em__fn_check_versions(const em_node *n);       /* misuse when a saved tensor changed in place */
+void em__fn_backward(em_node *n, em_tensor *const *gout, em_tensor **gin);
+/* engine.c's recording pieces that function.c reuses */
+em_node *em__node_new(int op, int n_in);
+bool em__node_link_inputs(em_node *n, int n_in, em_tensor *const *in);   /* edges + input geometry */
+bool em__node_adopt_output(em_node *n, em_tensor *out, int j);           /* out's grad_fn := n, output j */
+void em__node_drop(em_node *n);                                          /* releases a node never adopted */
 
 /* Sums g over the dims that broadcasting added or expanded, back to shape. */
 em_tensor *em__sum_to(em_tensor *g, int ndim, const int64_t *shape);

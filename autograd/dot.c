@@ -119,7 +119,7 @@ static void draw_node(dbuf *b, int64_t id, const em_node *n)
             (long long)id, shape, em_dtype_name(dt));
         return;
     }
-    put(b, "  n%lld [shape=box, label=\"%s", (long long)id, em_op_table[n->op].name);
+    put(b, "  n%lld [shape=box, label=\"%s", (long long)id, em__node_name(n));
     for (int j = 0; j < n->n_out; j++) put(b, "\\n%s %s", geom_str(&n->out[j]), em_dtype_name(n->out[j].dtype));
     put(b, "\"];\n");
 }

@@ -52,7 +52,7 @@ static bool hook_list_add(em_hook_list *l, void (*fn)(void), void *user)
  * refuses a second backward. */
 static void release_saved(em_node *n)
 {
-    bool had = false;
+    bool had = n->fn ? em__fn_release_saved(n->fn) : false;
     for (int i = 0; i < EM_KARGS_IN; i++) { had |= n->saved.in[i] != NULL; em_release(n->saved.in[i]); n->saved.in[i] = NULL; }
     for (int j = 0; j < EM_KARGS_OUT; j++) { had |= n->saved.out[j] != NULL; em_release(n->saved.out[j]); n->saved.out[j] = NULL; }
     n->released |= had;
@@ -73,6 +73,7 @@ static void node_release(em_node *first)
             hook_list_free(&n->pre_hooks[j]);
         }
         hook_list_free(&n->post_hooks);
+        if (n->fn) em__fn_free(n->fn);
         for (int i = 0; i < n->n_in; i++) {
             if (!n->next[i].node) continue;
             if (sp == cap) {
@@ -153,6 +154,43 @@ static em_node *acc_node(em_tensor *leaf)
 }
 
 static bool needs_grad(const em_tensor *t) { return t && t->ag && t->ag->requires_grad; }
+
+em_node *em__node_new(int op, int n_in) { return node_new(op, n_in); }
+
+bool em__node_link_inputs(em_node *n, int n_in, em_tensor *const *in)
+{
+    for (int i = 0; i < n_in; i++) {
+        if (!in[i]) continue;
+        n->in[i].device = in[i]->device;
+        n->in[i].ndim = in[i]->ndim;
+        memcpy(n->in[i].shape, in[i]->shape, sizeof n->in[i].shape);
+        n->in[i].dtype = in[i]->dtype;
+        if (!needs_grad(in[i])) continue;
+        em_node *target = in[i]->ag->grad_fn ? in[i]->ag->grad_fn : acc_node(in[i]);
+        if (!target) return false;
+        target->refcount++;
+        n->next[i] = (em_edge){target, in[i]->ag->grad_fn ? in[i]->ag->output_nr : 0};
+    }
+    return true;
+}
+
+bool em__node_adopt_output(em_node *n, em_tensor *out, int j)
+{
+    struct em_autograd_meta *m = meta_of(out);
+    if (!m) return false;
+    m->requires_grad = true;
+    node_release(m->grad_fn);
+    m->grad_fn = n;
+    m->output_nr = j;
+    n->refcount++;
+    return true;
+}
+
+void em__node_drop(em_node *n)
+{
+    n->refcount++;
+    node_release(n);
+}
 
 static void set_geom(struct em_geom *g, const em_tensor *t)
 {
@@ -279,8 +317,7 @@ em_tensor *em_detach(em_tensor *t)
 const char *em_grad_fn_name(const em_tensor *t)
 {
     if (!t->ag || !t->ag->grad_fn) return NULL;
-    int op = t->ag->grad_fn->op;
-    return op == EM_ACCUMULATE_GRAD ? "AccumulateGrad" : em_op_table[op].name;
+    return em__node_name(t->ag->grad_fn);
 }
 
 /* ---- hooks ------------------------------------------------------------------------ */
@@ -373,13 +410,16 @@ static em_node *heap_pop(heap *h)
     return top;
 }
 
-static const char *node_name(const em_node *n)
+const char *em__node_name(const em_node *n)
 {
+    if (n->op == EM_CUSTOM_FUNCTION) return em__fn_name(n->fn);
     return n->op == EM_ACCUMULATE_GRAD ? "AccumulateGrad" : em_op_table[n->op].name;
 }
+#define node_name em__node_name
 
 static void check_versions(const em_node *n)
 {
+    if (n->fn) em__fn_check_versions(n);
     for (int i = 0; i < EM_KARGS_IN + EM_KARGS_OUT; i++) {
         em_tensor *s = i < EM_KARGS_IN ? n->saved.in[i] : n->saved.out[i - EM_KARGS_IN];
         if (s && s->storage->version != n->saved_version[i])
@@ -507,7 +547,8 @@ void em_backward_ex(em_tensor *root, const em_backward_opts *opts)
             accumulate(n, gout[0]);
         } else {
             if (n->n_in > EM_KARGS_IN) gin_list = em__calloc((size_t)n->n_in, sizeof *gin_list);
-            if (gin_list) em_rules[n->op].backward(n, gout, gin_list);
+            if (gin_list && n->op == EM_CUSTOM_FUNCTION) em__fn_backward(n, gout, gin_list);
+            else if (gin_list) em_rules[n->op].backward(n, gout, gin_list);
             for (int i = 0; i < n->n_in; i++) {
                 em_node *c = n->next[i].node;
                 if (!c) continue;
