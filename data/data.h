@@ -307,12 +307,23 @@ int64_t em_table_line(const em_table *t, int64_t row);   /**< misuse when row is
  * A dataset is any struct that starts with `em_dataset`; ops->get fills an
  * em_sample whose pointers stay valid while the dataset lives. get must be
  * safe to call from several threads at once. */
-/** One sample as a dataset hands it out; the arrays are the dataset's (borrowed). */
+/** One sample as a dataset hands it out; the arrays are the dataset's (borrowed).
+ * A text sample fills ids/type_ids/len; a dense sample (em_tensor_dataset_new,
+ * or your own dataset) fills x and, when it has one, y: the first element of
+ * a contiguous block of its dtype and per-sample shape. A sample may carry both. */
 typedef struct em_sample {
     const int32_t *ids;        /**< token ids                                  */
     const int32_t *type_ids;   /**< segment ids (0: first text, 1: second)     */
     int32_t len;               /**< entries of ids and type_ids                 */
     int64_t label;             /**< -1: unlabeled                              */
+    const void *x;             /**< dense features, or NULL                    */
+    const void *y;             /**< dense target, or NULL                      */
+    const int64_t *x_shape;    /**< x's per-sample shape (x_ndim sizes)        */
+    const int64_t *y_shape;    /**< y's per-sample shape (y_ndim sizes)        */
+    int x_ndim;                /**< 0: x is one element                        */
+    int y_ndim;                /**< 0: y is one element                        */
+    em_dtype x_dtype;          /**< x's element type                           */
+    em_dtype y_dtype;          /**< y's element type                           */
 } em_sample;
 
 /** The base every dataset starts with: its operations. */
@@ -361,16 +372,39 @@ typedef struct em_tokenized_opts {
 em_status em_tokenized_dataset_new(const em_table *t, const em_tokenizer *tok, const em_tokenized_opts *opts,
                                    em_dataset **out);
 
+/* ---- dense datasets ----
+ * Rows of tensors (torch's TensorDataset), or a length and a get callback
+ * (a map-style Dataset written in C). Both go through the same samplers,
+ * sharding, even_batches, resume and gather_for_metrics as text datasets;
+ * collate stacks their x and y into em_batch.x / .y. */
+/** features [N, ...] and targets [N, ...] (or NULL) on the CPU, any dtypes, rows
+ * paired by their first index; the dataset keeps contiguous copies, so the
+ * tensors may change or go afterwards. An integer target with one value per
+ * row ([N] or [N,1]) is also the sample's label (em_batch.labels). Misuse: not
+ * on the CPU, 0-d, or a different N. EM_ERR_OOM. Free with em_dataset_free. */
+em_status em_tensor_dataset_new(em_tensor *features, em_tensor *targets, em_dataset **out);
+/** get(user, index, out) fills a sample (out is zeroed first) whose pointers stay
+ * valid while the dataset lives; it must be safe to call from several threads
+ * when the loader has workers. An error status fails that batch, with the
+ * message of em_last_error (set it with a useful one). free_user(user), if
+ * given, runs when the dataset is freed. */
+typedef em_status (*em_dataset_get_fn)(void *user, int64_t index, em_sample *out);
+/** A dataset of len samples made by get (see em_dataset_get_fn). Misuse: len < 0 or no get. */
+em_status em_callback_dataset_new(int64_t len, em_dataset_get_fn get, void *user, void (*free_user)(void *user),
+                                  em_dataset **out);
+
 /* ---- collate and DataLoader ----------------------------------------------- */
 /** A batch is a struct of named i64 tensors, padded on the right to the longest
  * sequence of the batch (as transformers' DataCollatorWithPadding). Its
  * tensors belong to the caller's current scope like any op result; outside
  * any scope the caller owns them and releases them with em_batch_release. */
 typedef struct em_batch {
-    em_tensor *input_ids;        /**< i64 [n, len]; pad_id after each sequence           */
+    em_tensor *input_ids;        /**< i64 [n, len]; pad_id after each sequence (NULL for dense samples) */
     em_tensor *attention_mask;   /**< i64 [n, len]: 1 on tokens, 0 on padding            */
     em_tensor *token_type_ids;   /**< i64 [n, len]: the sample's type ids (0 if absent), 0 on padding */
     em_tensor *labels;           /**< i64 [n]                                            */
+    em_tensor *x;                /**< dense samples: [n, x_shape...] of their x_dtype, else NULL */
+    em_tensor *y;                /**< dense targets: [n, y_shape...] of their y_dtype, else NULL */
     int64_t n;                   /**< rows                                               */
     int64_t len;                 /**< padded length: longest sequence, rounded up to pad_to_multiple_of */
 } em_batch;
@@ -381,11 +415,17 @@ typedef struct em_collate_opts {
     int64_t pad_id;               /**< id written into input_ids padding; default 0 */
 } em_collate_opts;
 
-/** Pads n samples (n >= 0; a sample's type_ids may be NULL) into *out. opts may
- * be NULL. On failure (OOM) *out is zeroed and nothing is left allocated. */
+/** Pads n samples (n >= 0; a sample's type_ids may be NULL) into *out, and stacks
+ * dense samples' x and y. Text tensors are made unless every sample is dense
+ * without ids. opts may be NULL. Dense samples of one batch must share x's (and
+ * y's) shape and dtype: otherwise EM_ERR_INVALID naming the two samples. On
+ * failure (also OOM) *out is zeroed and nothing is left allocated. */
 em_status em_collate(const em_sample *samples, int64_t n, const em_collate_opts *opts, em_batch *out);
-/** Releases the four tensors (for batches owned outside any scope) and zeroes *b. */
+/** Releases the batch's tensors (for batches owned outside any scope) and zeroes *b. */
 void em_batch_release(em_batch *b);
+/** The addresses of b's tensor fields (input_ids, ..., x, y), for code that
+ * moves or keeps a whole batch; returns how many (6). Entries may hold NULL. */
+int em_batch_tensors(em_batch *b, em_tensor **slots[6]);
 
 /** DataLoader options; zero is the default, as torch's DataLoader prepared by
  * Accelerate. Sharding follows Accelerate's BatchSamplerShard exactly (see

@@ -44,7 +44,8 @@ static em_status tok_get(const em_dataset *ds, int64_t i, em_sample *out)
 {
     const tok_dataset *d = (const tok_dataset *)ds;
     int64_t s = d->start[i];
-    *out = (em_sample){ d->ids + s, d->type_ids + s, (int32_t)(d->start[i + 1] - s), d->labels[i] };
+    *out = (em_sample){ .ids = d->ids + s, .type_ids = d->type_ids + s, .len = (int32_t)(d->start[i + 1] - s),
+                        .label = d->labels[i] };
     return EM_OK;
 }
 

@@ -236,10 +236,11 @@ bool em_dataloader_end_of_dataloader(const em_dataloader *dl)
 /* Hands the worker-made (unowned) tensors to the caller's current scope. */
 static em_status hand_over(em_batch *b)
 {
-    em_tensor **t[4] = { &b->input_ids, &b->attention_mask, &b->token_type_ids, &b->labels };
-    for (int i = 0; i < 4; i++)
-        if (!em__scope_adopt(*t[i])) {   /* it released t[i]; t[0..i) belong to the scope now */
-            for (int j = i + 1; j < 4; j++) em_release(*t[j]);
+    em_tensor **t[6];
+    int n = em_batch_tensors(b, t);
+    for (int i = 0; i < n; i++)
+        if (*t[i] && !em__scope_adopt(*t[i])) {   /* it released t[i]; t[0..i) belong to the scope now */
+            for (int j = i + 1; j < n; j++) em_release(*t[j]);
             *b = (em_batch){0};
             return EM_ERR_OOM;
         }
@@ -282,9 +283,7 @@ bool em_dataloader_next(em_dataloader *dl, em_batch *out)
         /* a private scope: a failure midway frees what was made */
         em_scope_begin();
         st = load_batch(dl, dl->pos, dl->samples, &b);
-        if (st == EM_OK && !(em_keep(b.input_ids) && em_keep(b.attention_mask) && em_keep(b.token_type_ids) &&
-                             em_keep(b.labels)))
-            st = EM_ERR_OOM;
+        if (st == EM_OK && !em__batch_keep(&b)) st = EM_ERR_OOM;
         em_scope_end();
         if (st != EM_OK) return fail(dl, st);
         dl->pos++;

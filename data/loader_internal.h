@@ -21,5 +21,7 @@ int64_t em__schedule_max_rows(const em_dataloader_opts *resolved);
  * scope is open (inside one, the scope frees them). */
 em_status em__collate_raw(const em_sample *samples, int64_t n, int64_t pad_to_multiple_of, int64_t pad_id,
                           em_batch *out);
+/* em_keep of each tensor b has (NULL fields skipped); false when one failed (OOM). */
+bool em__batch_keep(em_batch *b);
 
 #endif

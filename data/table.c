@@ -351,17 +351,6 @@ static bool arena_add(arena *a, const char *s, size_t n, size_t *off)
     return true;
 }
 
-static const char *json_kind(const cJSON *v)
-{
-    if (cJSON_IsObject(v)) return "an object";
-    if (cJSON_IsArray(v)) return "an array";
-    if (cJSON_IsString(v)) return "a string";
-    if (cJSON_IsNumber(v)) return "a number";
-    if (cJSON_IsBool(v)) return "a boolean";
-    if (cJSON_IsNull(v)) return "null";
-    return "an invalid value";
-}
-
 /* A number as text: integers (|v| < 2^53) without a fraction ("3", not
  * "3.0"), others in the shortest %g form that reads back exactly. */
 static void number_text(double v, char out[40])
@@ -398,7 +387,7 @@ static em_status jsonl_row(em_table *t, builder *b, arena *a, const cJSON *obj, 
         else if (cJSON_IsTrue(v)) s = "true";
         else if (cJSON_IsFalse(v)) s = "false";
         else return em__fail(EM_ERR_FORMAT, "%s:%lld: field \"%s\" is %s; expected a string, number or boolean",
-                             t->path, (long long)line, t->names[c], json_kind(v));
+                             t->path, (long long)line, t->names[c], em__json_kind(v));
         size_t off;
         if (!arena_add(a, s, strlen(s), &off) || !push_cell(b, off)) return EM_ERR_OOM;
     }
@@ -473,7 +462,7 @@ static em_status parse_jsonl(em_table *t, char *buf, size_t start, size_t len, c
         }
         if (!st && !cJSON_IsObject(obj))
             st = em__fail(EM_ERR_FORMAT, "%s:%lld:%zu: expected a JSON object, found %s", t->path, (long long)line,
-                          k - s + 1, json_kind(obj));
+                          k - s + 1, em__json_kind(obj));
         /* "\u0000" would cut the string short in silence (cells are NUL-terminated) */
         size_t nul = st ? 0 : nul_escape(buf + s, e - s);
         if (nul)

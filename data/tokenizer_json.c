@@ -40,18 +40,6 @@ static bool file_exists(const char *path)
     return stat(path, &sb) == 0;
 }
 
-static const char *kind(const cJSON *v)
-{
-    if (!v) return "missing";
-    if (cJSON_IsObject(v)) return "an object";
-    if (cJSON_IsArray(v)) return "an array";
-    if (cJSON_IsString(v)) return "a string";
-    if (cJSON_IsNumber(v)) return "a number";
-    if (cJSON_IsBool(v)) return "a boolean";
-    if (cJSON_IsNull(v)) return "null";
-    return "invalid";
-}
-
 /* "field" or "field.sub" / "field[i]" into buf (for messages). */
 static const char *fld(char *buf, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static const char *fld(char *buf, size_t cap, const char *fmt, ...)
@@ -76,7 +64,7 @@ static const cJSON *get(const cJSON *obj, const char *name)
 
 static em_status bad_type(const char *path, const char *field, const char *want, const cJSON *v)
 {
-    return em__fail(EM_ERR_FORMAT, "%s: %s must be %s, not %s", path, field, want, kind(v));
+    return em__fail(EM_ERR_FORMAT, "%s: %s must be %s, not %s", path, field, want, em__json_kind(v));
 }
 
 /* An optional boolean: absent or null leaves *out; *set (may be NULL) tells whether it was given. */
@@ -169,7 +157,7 @@ static em_status read_json(const char *path, cJSON **out)
         line_col(buf, off, &line, &col);
         st = em__fail(EM_ERR_FORMAT, "%s: malformed JSON at line %d, column %d", path, line, col);
     } else if (!cJSON_IsObject(j)) {
-        st = em__fail(EM_ERR_FORMAT, "%s: expected a JSON object at the top level, not %s", path, kind(j));
+        st = em__fail(EM_ERR_FORMAT, "%s: expected a JSON object at the top level, not %s", path, em__json_kind(j));
     } else {
         const char *p = end ? end : buf + n;
         while (p < buf + n && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t')) p++;

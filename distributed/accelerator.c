@@ -162,6 +162,7 @@ em_accelerator *em_accelerator_new(const em_accelerator_opts *opts)
     em_accelerator *acc = em__calloc(1, sizeof *acc);
     if (!acc) return NULL;
     acc->mp = mp;
+    acc->autocast_regions0 = em_autocast_stats_get().regions;
     acc->K = K;
     acc->split_batches = o.split_batches;
     acc->even_batches = o.even_batches < 0 ? EM_TOK_OFF : EM_TOK_ON;
@@ -359,8 +360,8 @@ void em__acc_snapshot_loaders(em_accelerator *acc)
 /* The batch's tensors on dev (new tensors in the current scope). */
 static bool batch_to(em_batch *b, em_device dev)
 {
-    em_tensor **ts[] = {&b->input_ids, &b->attention_mask, &b->token_type_ids, &b->labels};
-    for (size_t i = 0; i < sizeof ts / sizeof *ts; i++)
+    em_tensor **ts[6];
+    for (int i = 0, n = em_batch_tensors(b, ts); i < n; i++)
         if (*ts[i] && !(*ts[i] = em_to(*ts[i], dev))) return false;
     return true;
 }
@@ -498,6 +499,12 @@ em_status em_accelerator_backward(em_accelerator *acc, em_tensor *loss)
     ACC_CHECK(acc, "em_accelerator_backward", EM_ERR_INVALID, "the accelerator is NULL");
     if (!loss) return em_last_status() != EM_OK ? em_last_status() : EM_ERR_INVALID;   /* an earlier failure */
     bool implicit = !acc->in_block;
+    if ((acc->mp == EM_MP_BF16 || acc->mp == EM_MP_FP16) && em_autocast_stats_get().regions == acc->autocast_regions0)
+        acc_warn(acc, EM__ACC_WARN_NO_AUTOCAST,
+                 "em_accelerator_backward: mixed_precision is %s, but no autocast region has run yet, so the forward "
+                 "ran in f32. Wrap it: EM_AUTOCAST(acc) { out = em_seqcls_forward(model, &in); } (Accelerate wraps "
+                 "model.forward inside prepare; a C function cannot be wrapped)",
+                 acc->mp == EM_MP_BF16 ? "bf16" : "fp16");
     if (implicit) do_sync(acc, NULL);
     em__acc_flush_scaler(acc);   /* the scale this backward uses is the updated one */
     for (int i = 0; i < acc->n_opts; i++) {
@@ -830,5 +837,12 @@ em_status em_accelerator_save_model(em_accelerator *acc, em_module *model, const
               !acc ? "the accelerator" : !model ? "the model" : "dir");
     em_status st = EM_OK;
     if (acc->rank == 0) st = em_save_pretrained(em_accelerator_unwrap_model(acc, model), dir);
+    if (acc->rank == 0 && st == EM_OK && acc->tokenizer) st = em_tokenizer_save_pretrained(acc->tokenizer, dir);
     return em__acc_agree(acc, st, "save_model");
+}
+
+void em_accelerator_set_tokenizer(em_accelerator *acc, const em_tokenizer *tok)
+{
+    ACC_CHECK(acc, "em_accelerator_set_tokenizer", , "the accelerator is NULL");
+    acc->tokenizer = tok;
 }
