@@ -52,7 +52,7 @@ em_tensor *em_module_register_parameter(em_module *m, const char *name, em_tenso
         m->n_params--;
         return NULL;
     }
-    e->tensor = em_retain(t);
+    e->tensor = em__retain_held(t);
     return t;
 }
 
@@ -61,7 +61,7 @@ em_tensor *em_module_register_buffer(em_module *m, const char *name, em_tensor *
     if (!t) return NULL;
     em_module_entry *e = push(&m->buffers, &m->n_buffers, &m->cap_buffers, name, "em_module_register_buffer");
     if (!e) return NULL;
-    e->tensor = em_retain(t);
+    e->tensor = em__retain_held(t);
     e->persistent = persistent;
     return t;
 }
@@ -83,11 +83,11 @@ void em_module_free(em_module *m)
         free(m->children[i].name);
     }
     for (int i = 0; i < m->n_params; i++) {
-        em_release(m->params[i].tensor);
+        em__release_held(m->params[i].tensor);
         free(m->params[i].name);
     }
     for (int i = 0; i < m->n_buffers; i++) {
-        em_release(m->buffers[i].tensor);
+        em__release_held(m->buffers[i].tensor);
         free(m->buffers[i].name);
     }
     for (int d = 0; d < EM_NUM_DTYPES; d++) {

@@ -11,3 +11,16 @@
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static void install(void) { cJSON_InitHooks(&(cJSON_Hooks){.malloc_fn = em__malloc, .free_fn = em__free}); }
 void em__json_init(void) { pthread_once(&once, install); }
+
+const char *em__json_kind(const void *value)
+{
+    const cJSON *v = value;
+    if (!v) return "missing";
+    if (cJSON_IsObject(v)) return "an object";
+    if (cJSON_IsArray(v)) return "an array";
+    if (cJSON_IsString(v)) return "a string";
+    if (cJSON_IsNumber(v)) return "a number";
+    if (cJSON_IsBool(v)) return "a boolean";
+    if (cJSON_IsNull(v)) return "null";
+    return "an invalid value";
+}

@@ -38,7 +38,7 @@ void em_scope_end(void)
     }
     scope *s = &stack[--depth];
     /* newest first: views are released before the tensors they were made from */
-    for (int64_t i = s->n - 1; i >= 0; i--) em_release(s->items[i]);
+    for (int64_t i = s->n - 1; i >= 0; i--) em__release_held(s->items[i]);
     s->n = 0;
 }
 
@@ -54,6 +54,7 @@ static bool scope_push(scope *s, em_tensor *t)
         s->cap = cap;
     }
     s->items[s->n++] = t;
+    t->held++;   /* the caller's reference becomes the scope's */
     return true;
 }
 

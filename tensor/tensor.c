@@ -178,9 +178,31 @@ em_tensor *em_retain(em_tensor *t)
     return t;
 }
 
+em_tensor *em__retain_held(em_tensor *t)
+{
+    if (t) t->refcount++, t->held++;
+    return t;
+}
+
+void em__release_held(em_tensor *t)
+{
+    if (!t) return;
+    t->held--;
+    em_release(t);
+}
+
 void em_release(em_tensor *t)
 {
-    if (!t || --t->refcount > 0) return;
+    if (!t) return;
+    if (t->refcount <= t->held) {   /* the caller owns none of the references left */
+        em__misuse("em_release",
+                   "tensor %s: every reference left belongs to a scope or a module (a result made inside "
+                   "EM_SCOPE, or a registered parameter); they release it themselves. Release only what you own: "
+                   "results made outside any scope, and your em_retain's",
+                   em__shape_str(t));
+        return;
+    }
+    if (--t->refcount > 0) return;
     if (t->ag && em__ag_free_hook) em__ag_free_hook(t);
     em__storage_release(t->storage);
     em__free(t);

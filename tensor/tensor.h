@@ -7,6 +7,10 @@
  *     the scope and is dropped at em_scope_end, unless the caller em_keep()s it
  *     into the parent scope or em_retain()s it.
  *   - Outside any scope the caller owns the reference and must em_release() it.
+ *   - The one rule: em_release only references you own (results made outside
+ *     any scope, and your em_retain's). Whoever else holds one -- a scope, a
+ *     module that registered the tensor -- releases its own; an em_release
+ *     that would take theirs is misuse (tensor.c checks em_tensor.held).
  *   - Views share storage with their base; the storage lives while any view does.
  *
  * Failure (DESIGN.md §2 "Errors"):
@@ -87,6 +91,7 @@ typedef struct em_tensor {
     em_dtype dtype;                /**< element type                                */
     em_device device;              /**< where the storage lives                     */
     int32_t refcount;              /**< references held (em_retain, em_release)     */
+    int32_t held;                  /**< of those, the ones scopes and modules hold: em_release refuses them */
     struct em_autograd_meta *ag;   /**< owned by autograd/; NULL for plain tensors    */
 } em_tensor;
 

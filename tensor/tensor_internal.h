@@ -52,6 +52,8 @@ bool em__alloc_should_fail(void);   /* consumes one tick of the fail-Nth switch 
 
 /* Installs ember's allocation hooks into cJSON (once; tensor/json.c). */
 void em__json_init(void);
+/* What a cJSON value is, for messages ("a string", "an array", "missing" for NULL). */
+const char *em__json_kind(const void *cjson_value);
 
 /* ---- device memory -------------------------------------------------------- */
 em_storage *em__storage_new(size_t nbytes, em_device dev);   /* NULL + EM_ERR_OOM */
@@ -66,6 +68,11 @@ void em__storage_release(em_storage *s);
 em_tensor *em__empty(int ndim, const int64_t *shape, em_dtype dt, em_device dev);
 /* A view of base's storage with the given geometry, owned by the current scope. */
 em_tensor *em__view_of(em_tensor *base, int ndim, const int64_t *shape, const int64_t *stride, int64_t offset);
+/* References that a scope or a module holds (em_tensor.held): taken and given
+ * back only through these, so that em_release can refuse a caller's release of
+ * a reference it does not own (tensor.c). */
+em_tensor *em__retain_held(em_tensor *t);
+void em__release_held(em_tensor *t);
 /* Hands a freshly made reference to the current scope (no-op at top level). */
 em_tensor *em__scope_adopt(em_tensor *t);
 void em__contiguous_strides(int ndim, const int64_t *shape, int64_t *stride);

@@ -104,6 +104,46 @@ START_TEST(flatten_keeps_values_and_gradients_land_in_one_buffer)
 }
 END_TEST
 
+/* One ownership rule (nn.h, tensor.h): the module holds its own reference; the caller
+ * releases only what it owns. At top level a created tensor is the caller's: register,
+ * then release it, and the module keeps the parameter alive. */
+START_TEST(registering_at_top_level_then_releasing_is_safe)
+{
+    int64_t base = tu_live_bytes();
+    em_module *m = calloc(1, sizeof *m);
+    em_module_init(m, "Custom", NULL);
+    em_tensor *w = em_full(EM_SHAPE(3), 2.0, EM_F32, EM_CPU);
+    em_module_register_parameter(m, "w", w);
+    em_release(w);   /* the caller's reference */
+    ck_assert_double_eq(em_get(em_module_get(m, "w"), (int64_t[]){1}), 2.0);
+    EM_SCOPE { em_module_register_parameter(m, "v", em_zeros(EM_SHAPE(2), EM_F32, EM_CPU)); }   /* scope's: nothing to release */
+    ck_assert_double_eq(em_get(em_module_get(m, "v"), (int64_t[]){0}), 0.0);
+    em_module_free(m);
+    ck_assert_int_eq(tu_live_bytes(), base);
+}
+END_TEST
+
+/* Inside a scope the created tensor is the scope's: releasing it after registering used to be a
+ * silent double free; now it is misuse that says whose reference it is. */
+START_TEST(misuse_release_of_a_scope_owned_parameter)
+{
+    tu_expect_misuse("em_release: tensor [3]: every reference left belongs to a scope or a module");
+    em_module *m = calloc(1, sizeof *m);
+    em_module_init(m, "Custom", NULL);
+    EM_SCOPE {
+        em_tensor *w = em_module_register_parameter(m, "w", em_full(EM_SHAPE(3), 2.0, EM_F32, EM_CPU));
+        em_release(w);
+    }
+}
+END_TEST
+
+START_TEST(misuse_release_of_a_scope_result)
+{
+    tu_expect_misuse("every reference left belongs to a scope or a module");
+    EM_SCOPE { em_release(em_zeros(EM_SHAPE(2), EM_F32, EM_CPU)); }
+}
+END_TEST
+
 START_TEST(misuse_duplicate_name)
 {
     tu_expect_misuse("em_module_register_parameter: the name \"weight\" is already registered");
@@ -119,9 +159,12 @@ int main(void)
     tcase_add_test(tc, dotted_names_in_registration_order);
     tcase_add_test(tc, train_eval_reaches_every_module);
     tcase_add_test(tc, flatten_keeps_values_and_gradients_land_in_one_buffer);
+    tcase_add_test(tc, registering_at_top_level_then_releasing_is_safe);
     suite_add_tcase(s, tc);
     TCase *tm = tcase_create("misuse");
     tu_add_misuse_test(tm, misuse_duplicate_name);
+    tu_add_misuse_test(tm, misuse_release_of_a_scope_owned_parameter);
+    tu_add_misuse_test(tm, misuse_release_of_a_scope_result);
     suite_add_tcase(s, tm);
     return tu_run_suite(s);
 }
