@@ -87,10 +87,10 @@ em_tensor *em_autocast_output_f32(em_tensor *t);
 
 /** Counters of this thread, for tests and teaching. casts: casts the policy
  * made (cached or not); cache_hits: uses served by the cache; cached: live
- * cache entries now. */
+ * cache entries now; regions: bf16/f16 regions ever opened (not reset). */
 typedef struct em_autocast_stats {
     /** @{ */
-    int64_t casts, cache_hits, cached;   /**< as described above */
+    int64_t casts, cache_hits, cached, regions;   /**< as described above */
     /** @} */
 } em_autocast_stats;
 /** This thread's counters now. */

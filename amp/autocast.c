@@ -54,6 +54,7 @@ typedef struct state {
     em_tensor **owned;            /* casts made outside any scope */
     int64_t n_owned, cap_owned;
     int64_t casts, hits;
+    int64_t regions;              /* bf16/f16 regions opened, ever */
 } state;
 
 static _Thread_local state st;
@@ -66,7 +67,7 @@ int em_autocast_depth(void) { return st.depth; }
 
 em_autocast_stats em_autocast_stats_get(void)
 {
-    return (em_autocast_stats){.casts = st.casts, .cache_hits = st.hits, .cached = st.n};
+    return (em_autocast_stats){.casts = st.casts, .cache_hits = st.hits, .cached = st.n, .regions = st.regions};
 }
 
 void em_autocast_stats_reset(void) { st.casts = st.hits = 0; }
@@ -243,6 +244,7 @@ void em_autocast_begin(em_dtype dtype)
     }
     pthread_once(&hook_once, install_hook);
     st.dtypes[st.depth++] = dtype;
+    if (dtype != EM_F32) st.regions++;
 }
 
 void em_autocast_end(void)

@@ -33,6 +33,7 @@ enum {
     EM__ACC_WARN_PREPARE_LOADER = 1 << 3,
     EM__ACC_WARN_PREPARE_SCHEDULER = 1 << 4,
     EM__ACC_WARN_NO_ZERO_GRAD = 1 << 5,
+    EM__ACC_WARN_NO_AUTOCAST = 1 << 6,
 };
 
 typedef struct em__acc_loader {
@@ -75,6 +76,8 @@ struct em_accelerator {
     em_module *block_model;         /* its model (NULL: all) */
     int64_t iteration;              /* the next automatic checkpoint number */
     unsigned warned;                /* EM__ACC_WARN_* already printed */
+    const em_tokenizer *tokenizer;  /* saved by save_model beside the model (borrowed) */
+    int64_t autocast_regions0;      /* em_autocast_stats().regions when the accelerator was made */
 };
 
 /* The prepared loader that is iterating now (see em_accelerator_next), or -1.

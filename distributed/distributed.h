@@ -388,9 +388,15 @@ em_status em_accelerator_save_state(em_accelerator *acc, const char *dir);
 em_status em_accelerator_load_state(em_accelerator *acc, const char *dir);
 /** The number the next automatic checkpoint gets. */
 int64_t em_accelerator_iteration(const em_accelerator *acc);
-/** em_save_pretrained of the unwrapped model on the main process, then a
- * barrier (call it on every rank). */
+/** em_save_pretrained of the unwrapped model on the main process, and the
+ * tokenizer files of the tokenizer attached with em_accelerator_set_tokenizer
+ * (if any), then a barrier (call it on every rank). The folder then loads back
+ * whole: classify, em_seqcls_from_pretrained + em_tokenizer_from_pretrained,
+ * or transformers' Auto* classes. */
 em_status em_accelerator_save_model(em_accelerator *acc, em_module *model, const char *dir);
+/** Attaches the tokenizer that em_accelerator_save_model saves beside the model
+ * (borrowed: it must outlive the accelerator, or be detached with NULL). */
+void em_accelerator_set_tokenizer(em_accelerator *acc, const em_tokenizer *tok);
 
 /** A barrier across ranks (a failure is printed to stderr). Collective. */
 void em_accelerator_wait_for_everyone(em_accelerator *acc);

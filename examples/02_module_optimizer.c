@@ -17,6 +17,7 @@
 #include "toy_task.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 
 enum { TRAIN_N = 1024, DEV_N = 256, BATCH = 32, EPOCHS = 6, WARMUP = 12 };
 
@@ -55,8 +56,9 @@ int main(void)
      * the matrices, none on biases and 1-d weights. The optimizer retains
      * each parameter; its state (exp_avg, exp_avg_sq) is allocated at the
      * first step, per parameter, in the parameter's dtype. */
-    const char *names[16];
-    em_tensor *params[16], *buf[16];
+    const char **names = malloc(sizeof *names * (size_t)named.n);
+    em_tensor **params = malloc(sizeof *params * (size_t)named.n), **buf = malloc(sizeof *buf * (size_t)named.n);
+    if (!names || !params || !buf) return 1;
     for (int i = 0; i < named.n; i++) {
         names[i] = named.items[i].name;
         params[i] = named.items[i].tensor;
@@ -64,7 +66,8 @@ int main(void)
     em_param_group groups[2];
     int n_groups = em_param_groups_no_decay(names, params, named.n, 0.01, buf, groups);
     em_optimizer *opt = em_adamw_new_groups(groups, n_groups, &(em_adamw_opts){.lr = 5e-3});
-    em_named_tensors_free(&named);   /* names copied where needed: the list can go */
+    em_named_tensors_free(&named);   /* the optimizer retains what it needs: the lists can go */
+    free(names), free(params), free(buf);
 
     /* ---- the schedule -----------------------------------------------------------
      * LambdaLR: lr = initial_lr * f(step), f rising linearly from 0 over the

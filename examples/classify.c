@@ -33,36 +33,6 @@ static void usage(FILE *f)
                "       (dashes or underscores; --model-dir and --model_name_or_path are the same option)\n");
 }
 
-static bool is_head(const char *name)
-{
-    return !strncmp(name, "classifier.", 11) || !strncmp(name, "pre_classifier.", 15) ||
-           !strncmp(name, "bert.pooler.", 12);
-}
-
-static char **id2label(const em_module *m)
-{
-    if (!strcmp(m->type, "DistilBertForSequenceClassification")) return ((const em_distilbert_seqcls *)m)->id2label;
-    if (!strcmp(m->type, "BertForSequenceClassification")) return ((const em_bert_seqcls *)m)->id2label;
-    return NULL;
-}
-
-static int max_positions(const em_module *m)
-{
-    if (!strcmp(m->type, "DistilBertForSequenceClassification"))
-        return (int)((const em_distilbert_seqcls *)m)->config.max_position_embeddings;
-    if (!strcmp(m->type, "BertForSequenceClassification"))
-        return (int)((const em_bert_seqcls *)m)->config.max_position_embeddings;
-    return 512;
-}
-
-static int64_t vocab_rows(const em_module *m)
-{
-    if (!strcmp(m->type, "DistilBertForSequenceClassification"))
-        return ((const em_distilbert_seqcls *)m)->config.vocab_size;
-    if (!strcmp(m->type, "BertForSequenceClassification")) return ((const em_bert_seqcls *)m)->config.vocab_size;
-    return 0;
-}
-
 /* Loads the model strictly; NULL after printing why. */
 static em_module *load(const char *dir, bool allow_new_head)
 {
@@ -73,17 +43,17 @@ static em_module *load(const char *dir, bool allow_new_head)
         return NULL;
     }
     int head = 0, other = 0;
-    for (int i = 0; i < r.n_missing; i++) is_head(r.missing[i]) ? head++ : other++;
+    for (int i = 0; i < r.n_missing; i++) em_seqcls_is_head_param(r.missing[i]) ? head++ : other++;
     if (other) {
         fprintf(stderr, "classify: %s: the checkpoint lacks %d tensor(s) of the model:", dir, other);
         for (int i = 0; i < r.n_missing; i++)
-            if (!is_head(r.missing[i])) fprintf(stderr, " %s", r.missing[i]);
+            if (!em_seqcls_is_head_param(r.missing[i])) fprintf(stderr, " %s", r.missing[i]);
         fprintf(stderr, "\n");
     } else if (head && !allow_new_head) {
         fprintf(stderr,
                 "classify: %s has no trained classification head (", dir);
         for (int i = 0, k = 0; i < r.n_missing; i++)
-            if (is_head(r.missing[i])) fprintf(stderr, "%s%s", k++ ? ", " : "", r.missing[i]);
+            if (em_seqcls_is_head_param(r.missing[i])) fprintf(stderr, "%s%s", k++ ? ", " : "", r.missing[i]);
         fprintf(stderr, " not in the checkpoint): its labels would come from random weights. Fine-tune it first "
                         "(seqcls --model_name_or_path %s --output_dir OUT), or pass --allow_new_head\n", dir);
     } else if (head) {
@@ -148,7 +118,7 @@ static bool run_batch(em_module *model, const em_tokenizer *tok, line *l, int n,
             ok = false;
         } else {
             em_tensor *logits = em_to_dtype(out.logits, EM_F32);
-            char **names = id2label(model);
+            const char *const *names = em_seqcls_get_info(model).id2label;
             int64_t C = logits->shape[1];
             for (int i = 0, r = 0; i < n; i++) {
                 if (!good[i]) continue;
@@ -212,10 +182,12 @@ int main(int argc, char **argv)
         em_module_free(model);
         return 2;
     }
-    int limit = max_positions(model), tok_max = em_tokenizer_model_max_length(tok);
+    em_seqcls_info info = em_seqcls_get_info(model);
+    int limit = info.max_position_embeddings > 0 ? (int)info.max_position_embeddings : 512;
+    int tok_max = em_tokenizer_model_max_length(tok);
     if (tok_max > 0 && tok_max < limit) limit = tok_max;
     if (!max_len || max_len > limit) max_len = limit;
-    int64_t embed = vocab_rows(model);
+    int64_t embed = info.vocab_size;
     if (embed > 0 && em_tokenizer_vocab_size(tok) > embed) {   /* an id past the embedding would abort mid-run */
         fprintf(stderr, "classify: %s: the tokenizer has %d tokens but the model's embedding only %lld rows "
                         "(config.json vocab_size): they do not belong together\n",

@@ -18,7 +18,7 @@
  *               accelerator.backward(loss); optimizer.step(); scheduler.step(); optimizer.zero_grad()
  *           if sync step: log; checkpoint every N steps; evaluate every eval_steps; stop at max_train_steps
  *       evaluate (accuracy, F1) with gather_for_metrics; checkpoint if "epoch"
- *   accelerator.save_model(model, output_dir); tokenizer.save_pretrained(output_dir); all_results.json
+ *   accelerator.save_model(model, output_dir) (with the tokenizer attached); all_results.json
  *
  * Two deliberate differences, both from distributed.h: the schedule is sized
  * in optimizer steps of the PREPARED loader (ember steps the scheduler once
@@ -57,13 +57,6 @@ static double now_s(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-/* The head of a sequence classifier: fresh when a base model is fine-tuned. */
-static bool is_head(const char *name)
-{
-    return !strncmp(name, "classifier.", 11) || !strncmp(name, "pre_classifier.", 15) ||
-           !strncmp(name, "bert.pooler.", 12) || !strncmp(name, "pooler.", 7);
-}
-
 /* model = AutoModelForSequenceClassification.from_pretrained(dir, num_labels=n) */
 static em_module *load_model(const char *dir, int num_labels, bool allow_missing, bool main_process)
 {
@@ -74,7 +67,7 @@ static em_module *load_model(const char *dir, int num_labels, bool allow_missing
     if (main_process) em_load_report_print(&r, stdout);
     int encoder_missing = 0;
     for (int i = 0; i < r.n_missing; i++)
-        if (!is_head(r.missing[i])) {
+        if (!em_seqcls_is_head_param(r.missing[i])) {
             if (!encoder_missing++) fprintf(stderr, "seqcls: %s lacks encoder tensors:", dir);
             fprintf(stderr, " %s", r.missing[i]);
         }
@@ -86,14 +79,6 @@ static em_module *load_model(const char *dir, int num_labels, bool allow_missing
     }
     em_load_report_free(&r);
     return model;
-}
-
-static int64_t vocab_rows(const em_module *m)   /* the word embedding's rows */
-{
-    if (!strcmp(m->type, "DistilBertForSequenceClassification"))
-        return ((const em_distilbert_seqcls *)m)->config.vocab_size;
-    if (!strcmp(m->type, "BertForSequenceClassification")) return ((const em_bert_seqcls *)m)->config.vocab_size;
-    return 0;
 }
 
 static em_tensor **parameters(em_module *m, const char ***names, int *n)
@@ -270,7 +255,7 @@ int main(int argc, char **argv)
     em_module *model;
     if (a.model_dir) {
         model = load_model(a.model_dir, labels.n, a.allow_fresh_encoder, main_process);
-        int64_t rows = vocab_rows(model);
+        int64_t rows = em_seqcls_get_info(model).vocab_size;
         if (rows > 0 && em_tokenizer_vocab_size(tok) > rows)   /* an id past the embedding would abort mid-run */
             DIE("the tokenizer has %d tokens but %s/config.json's vocab_size is %lld: they do not belong together",
                 em_tokenizer_vocab_size(tok), a.model_dir, (long long)rows);
@@ -430,9 +415,9 @@ int main(int argc, char **argv)
     em_accelerator_print(accelerator, "final dev accuracy %.4f\n", m.accuracy);
 
     if (a.output_dir) {
+        em_accelerator_set_tokenizer(accelerator, tok);   /* save_model writes its files beside the model */
         if (em_accelerator_save_model(accelerator, model, a.output_dir) != EM_OK) DIE("%s", em_last_error());
         if (main_process) {
-            if (em_tokenizer_save_pretrained(tok, a.output_dir) != EM_OK) DIE("%s", em_last_error());
             char path[1024];
             snprintf(path, sizeof path, "%s/all_results.json", a.output_dir);
             write_results(path, &m, epoch, em_accelerator_optimizer_steps(accelerator),

@@ -58,8 +58,14 @@ struct em_module {
  * a static string; destroy may be NULL. */
 void em_module_init(em_module *m, const char *type, void (*destroy)(em_module *m));
 /** Registers t as a parameter (requires grad) under a local name; the module
- * takes one reference (the caller keeps its own, if any). Returns t. A NULL t
- * returns NULL; a name that is empty, has a '.', or is taken is misuse. */
+ * holds a reference of its own until em_module_free. The caller's reference
+ * follows tensor.h's one rule: made outside any scope, it is the caller's to
+ * em_release (or keep); made inside a scope, the scope releases it, and an
+ * em_release of it is misuse. Both patterns are safe:
+ *     w = em_full(...); em_module_register_parameter(m, "w", w); em_release(w);
+ *     EM_SCOPE { em_module_register_parameter(m, "w", em_full(...)); }
+ * Returns t. A NULL t returns NULL; a name that is empty, has a '.', or is
+ * taken is misuse. */
 em_tensor *em_module_register_parameter(em_module *m, const char *name, em_tensor *t);
 /** Registers t as a buffer (not trained): persistent buffers go into
  * checkpoints. One reference taken, as for parameters. Returns t. */
@@ -477,6 +483,20 @@ em_seqcls_output em_bert_seqcls_forward(em_bert_seqcls *m, const em_seqcls_input
 em_seqcls_output em_seqcls_forward(em_module *m, const em_seqcls_inputs *in);
 /** The classifier's num_labels (0 when m is not a sequence classifier). */
 int em_seqcls_num_labels(const em_module *m);
+/** What a sequence classifier's config holds, whichever class it is (DistilBERT or
+ * BERT); all zero and NULL when m is not one. */
+typedef struct em_seqcls_info {
+    int64_t vocab_size;                /**< rows of the word embedding */
+    int64_t max_position_embeddings;   /**< the longest input it takes */
+    int num_labels;                    /**< outputs of the classifier */
+    const char *const *id2label;       /**< num_labels names (owned by m), or NULL when unset */
+} em_seqcls_info;
+/** m's em_seqcls_info (zeros when m is not a sequence classifier). */
+em_seqcls_info em_seqcls_get_info(const em_module *m);
+/** Whether a parameter name (the model's own naming) belongs to the classification
+ * head that fine-tuning a base model creates fresh: classifier.*, pre_classifier.*
+ * (DistilBERT) and BERT's pooler (bert.pooler.*, or pooler.* in a bare BertModel). */
+bool em_seqcls_is_head_param(const char *name);
 
 /* ==== checkpoints (nn/pretrained.c) ================================================================
  * A transformers folder: config.json and model.safetensors, or a sharded

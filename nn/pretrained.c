@@ -689,6 +689,34 @@ int em_seqcls_num_labels(const em_module *m)
     return labels_slot((em_module *)m, &n) ? *n : 0;
 }
 
+em_seqcls_info em_seqcls_get_info(const em_module *m)
+{
+    em_seqcls_info info = {0};
+    em__head head;
+    const em__arch *a = m ? em__arch_of((em_module *)m, &head) : NULL;
+    if (!a || head != EM__HEAD_SEQCLS) return info;
+    if (a == &em__distilbert_arch) {
+        const em_distilbert_seqcls *s = (const em_distilbert_seqcls *)m;
+        info = (em_seqcls_info){.vocab_size = s->config.vocab_size,
+                                .max_position_embeddings = s->config.max_position_embeddings,
+                                .num_labels = s->config.num_labels, .id2label = (const char *const *)s->id2label};
+    } else {
+        const em_bert_seqcls *s = (const em_bert_seqcls *)m;
+        info = (em_seqcls_info){.vocab_size = s->config.vocab_size,
+                                .max_position_embeddings = s->config.max_position_embeddings,
+                                .num_labels = s->config.num_labels, .id2label = (const char *const *)s->id2label};
+    }
+    return info;
+}
+
+bool em_seqcls_is_head_param(const char *name)
+{
+    static const char *const heads[] = {"classifier.", "pre_classifier.", "bert.pooler.", "pooler."};
+    for (size_t i = 0; name && i < sizeof heads / sizeof *heads; i++)
+        if (!strncmp(name, heads[i], strlen(heads[i]))) return true;
+    return false;
+}
+
 void em_seqcls_set_labels(em_module *m, int n, const char *const *names)
 {
     int *nl = NULL;
