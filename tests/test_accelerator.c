@@ -1042,6 +1042,44 @@ START_TEST(test_warn_forgotten_zero_grad_diverges)
 }
 END_TEST
 
+/* mixed_precision bf16 without any autocast region: the forward ran in f32; one warning says how
+ * to wrap it, and a wrapped forward gets none. */
+START_TEST(test_warn_mixed_precision_without_autocast)
+{
+    for (int wrapped = 0; wrapped < 2; wrapped++) {
+        em_set_seed(3);
+        toy_ds *ds = toy_new(16, 5);
+        toy_model *m = toy_model_new(0);
+        int n;
+        em_tensor **p = params_of(m, &n);
+        em_optimizer *opt = em_sgd_new(p, n, &(em_sgd_opts){ .lr = 0.1 });
+        em_dataloader *dl = loader(ds, 8, false);
+        em_accelerator *acc = em_accelerator_new(&(em_accelerator_opts){ .mixed_precision = EM_MP_BF16 });
+        ck_assert_int_eq(em_accelerator_prepare(acc, &m->base, opt, dl, NULL), EM_OK);
+        ck_assert_int_eq(tu_capture_stderr_begin(), 0);
+        for (em_batch b; em_accelerator_next(acc, dl, &b);) {
+            em_tensor *loss = NULL;
+            if (wrapped) EM_AUTOCAST(acc) { loss = toy_loss(m, b.input_ids, b.labels); }
+            else loss = toy_loss(m, b.input_ids, b.labels);
+            ck_assert_int_eq(em_accelerator_backward(acc, loss), EM_OK);
+            ck_assert_int_eq(em_accelerator_optimizer_step(acc, opt), EM_OK);
+            em_accelerator_optimizer_zero_grad(acc, opt);
+        }
+        char *err = tu_capture_stderr_end();
+        ck_assert_ptr_nonnull(err);
+        ck_assert_int_eq(tu_count_of(err, "no autocast region has run yet"), wrapped ? 0 : 1);
+        ck_assert_int_eq(tu_count_of(err, "EM_AUTOCAST(acc)"), wrapped ? 0 : 1);
+        free(err);
+        em_accelerator_free(acc);
+        em_dataloader_free(dl);
+        em_optimizer_free(opt);
+        free(p);
+        em_module_free(&m->base);
+        em_dataset_free(&ds->base);
+    }
+}
+END_TEST
+
 /* A second prepare of the same objects: one warning per kind, nothing re-registered. */
 START_TEST(test_warn_prepare_twice)
 {
@@ -1138,6 +1176,7 @@ static Suite *make_suite(void)
     tcase_add_test(tc, test_warn_direct_backward_fp16);
     tcase_add_test(tc, test_warn_forgotten_zero_grad_diverges);
     tcase_add_test(tc, test_warn_prepare_twice);
+    tcase_add_test(tc, test_warn_mixed_precision_without_autocast);
     suite_add_tcase(s, tc);
     TCase *tm = tcase_create("misuse");
     tu_add_misuse_test(tm, test_misuse_unprepared_optimizer);
