@@ -208,12 +208,27 @@ bool launch_config_save(const launch_config *c, const char *path)
     return true;
 }
 
+/* The table a run will see. Two rows say what really decides them: distributed_type,
+ * when nobody set it, follows the process count (as Accelerate's launcher derives it);
+ * mixed_precision is what EMBER_MIXED_PRECISION tells an Accelerator made with
+ * EM_MP_DEFAULT, and a program that passes its own (seqcls's --mixed_precision, or
+ * em_accelerator_opts.mixed_precision) wins over it, as Accelerator(mixed_precision=)
+ * wins over the config in Accelerate. */
 void launch_config_print(const launch_config *c, FILE *f)
 {
     static const char *src[] = {"default", "config file", "environment", "flag"};
     fprintf(f, "%-30s %-12s %s\n", "setting", "from", "value");
+    long np = atol(launch_config_get(c, CFG_NUM_PROCESSES)), machines = atol(launch_config_get(c, CFG_NUM_MACHINES));
     for (int i = 0; i < CFG_COUNT; i++) {
-        const char *v = launch_config_get(c, i);
-        fprintf(f, "%-30s %-12s %s\n", c->s[i].key, src[c->s[i].value ? c->s[i].src : SRC_DEFAULT], *v ? v : "(auto)");
+        const char *v = launch_config_get(c, i), *from = src[c->s[i].value ? c->s[i].src : SRC_DEFAULT];
+        char shown[160];
+        snprintf(shown, sizeof shown, "%s", *v ? v : "(auto)");
+        if (i == CFG_DISTRIBUTED_TYPE && !c->s[i].value) {
+            from = "derived";
+            snprintf(shown, sizeof shown, "%s", np * (machines > 0 ? machines : 1) > 1 ? "MULTI_CPU (MULTI_GPU when the program uses CUDA)" : "NO");
+        } else if (i == CFG_MIXED_PRECISION) {
+            snprintf(shown, sizeof shown, "%s (a program that sets its own wins)", *v ? v : "no");
+        }
+        fprintf(f, "%-30s %-12s %s\n", c->s[i].key, from, shown);
     }
 }

@@ -23,6 +23,9 @@ check "dashed flags as Accelerate accepts them" "$(EMBER_NUM_PROCESSES=2 "$ember
 out=$(EMBER_MIXED_PRECISION=fp16 "$ember" launch --dry_run --mixed_precision no ./prog a 2>&1)
 check "table shows the source" "$out" "mixed_precision                flag         no"
 check "program args pass through" "$out" "OMP_NUM_THREADS ./prog a"
+check "mixed_precision says the program's own wins" "$out" "(a program that sets its own wins)"
+check "distributed_type follows the process count" "$("$ember" launch --dry_run --num_processes 2 ./prog 2>&1)" "distributed_type               derived      MULTI_CPU"
+check "one process is NO" "$("$ember" launch --dry_run --num_processes 1 ./prog 2>&1)" "distributed_type               derived      NO"
 check "one process runs the program directly" "$("$ember" launch --quiet --dry_run --num_processes 1 ./prog x 2>&1)" "./prog x"
 printf 'num_processes: 2\nbogus_key: 1\n' > "$dir/bad.yaml"
 out=$("$ember" launch --config_file "$dir/bad.yaml" ./prog 2>&1); rc=$?
