@@ -13,6 +13,13 @@
 
 static void free_block(em_module *m) { em__free(m); }
 
+/* The layers' one-input forwards, for em_module_forward and Sequential. */
+static em_tensor *linear_fwd(em_module *m, em_tensor *x) { return em_nn_linear_forward((em_nn_linear *)m, x); }
+static em_tensor *dropout_fwd(em_module *m, em_tensor *x) { return em_nn_dropout_forward((em_nn_dropout *)m, x); }
+static em_tensor *activation_fwd(em_module *m, em_tensor *x) { return em_nn_activation_forward((em_nn_activation *)m, x); }
+static em_tensor *layer_norm_fwd(em_module *m, em_tensor *x) { return em_nn_layer_norm_forward((em_nn_layer_norm *)m, x); }
+static em_tensor *embedding_fwd(em_module *m, em_tensor *x) { return em_nn_embedding_forward((em_nn_embedding *)m, x); }
+
 void *em__module_alloc(size_t size, const char *type)
 {
     em_module *m = em__calloc(1, size);
@@ -85,6 +92,7 @@ em_nn_linear *em_nn_linear_new(int64_t in, int64_t out, const em_nn_linear_opts 
         em_uniform_(l->weight, -bound, bound);
         if (l->bias) em_uniform_(l->bias, -bound, bound);
     }
+    l->base.forward = linear_fwd;
     return l;
 }
 
@@ -130,6 +138,7 @@ em_nn_embedding *em_nn_embedding_new(int64_t num, int64_t dim, const em_nn_embed
         em_normal_(e->weight, 0.0, 1.0);
         if (pad >= 0) EM_SCOPE { em_fill_(em_select(e->weight, 0, pad), 0.0); }
     }
+    e->base.forward = embedding_fwd;
     return e;
 }
 
@@ -165,6 +174,7 @@ em_nn_layer_norm *em_nn_layer_norm_new(int64_t dim, const em_nn_layer_norm_opts 
             em_fill_(ln->bias, 0.0);
         }
     }
+    ln->base.forward = layer_norm_fwd;
     return ln;
 }
 
@@ -185,7 +195,7 @@ em_nn_dropout *em_nn_dropout_new(double p)
         return NULL;
     }
     em_nn_dropout *d = em__module_alloc(sizeof *d, "Dropout");
-    if (d) d->p = p;
+    if (d) d->p = p, d->base.forward = dropout_fwd;
     return d;
 }
 
@@ -259,7 +269,7 @@ em_nn_activation *em_nn_activation_new(em_activation act)
         return NULL;
     }
     em_nn_activation *a = em__module_alloc(sizeof *a, types[act]);
-    if (a) a->act = act;
+    if (a) a->act = act, a->base.forward = activation_fwd;
     return a;
 }
 

@@ -51,6 +51,9 @@ struct em_module {
     /** @{ after em_module_flatten (root only): one buffer per dtype, owned */
     em_tensor *flat_params[EM_NUM_DTYPES], *flat_grads[EM_NUM_DTYPES];
     /** @} */
+    /** One-input forward (em_module_forward), set by the layers that have one and by
+     * Sequential; a module of your own may set it after em_module_init. NULL: none. */
+    em_tensor *(*forward)(em_module *m, em_tensor *x);
 };
 
 /* ---- building a module ---------------------------------------------------------- */
@@ -72,6 +75,20 @@ em_tensor *em_module_register_parameter(em_module *m, const char *name, em_tenso
 em_tensor *em_module_register_buffer(em_module *m, const char *name, em_tensor *t, bool persistent);
 /** Adopts child (the module frees it). Returns child. */
 em_module *em_module_register_child(em_module *m, const char *name, em_module *child);
+/** m->forward(m, x): the module's one-input forward (Linear, Embedding, LayerNorm,
+ * Dropout, the activations, Sequential, or your own). Misuse when it has none. */
+em_tensor *em_module_forward(em_module *m, em_tensor *x);
+/** torch.nn.Sequential: children registered as "0", "1", ... run in order by
+ * em_module_forward (each must have a forward). Free with em_module_free. */
+em_module *em_nn_sequential_new(void);
+/** torch.nn.ModuleList: children "0", "1", ... with no forward of its own. */
+em_module *em_nn_module_list_new(void);
+/** Appends child to a Sequential or ModuleList under the next index; returns child
+ * (the container frees it). Misuse on any other module. */
+em_module *em_nn_append(em_module *container, em_module *child);
+/** The number of m's children, and child i in registration order (misuse past the end). */
+int em_module_num_children(const em_module *m);
+em_module *em_module_child_at(const em_module *m, int i);   /**< child i (0-based) */
 /** Frees the module tree (children first), releasing parameters and buffers. NULL is ok. */
 void em_module_free(em_module *m);
 

@@ -104,6 +104,54 @@ START_TEST(flatten_keeps_values_and_gradients_land_in_one_buffer)
 }
 END_TEST
 
+/* Sequential runs its children in order and names them as torch does; ModuleList holds
+ * children without a forward; em_module_forward reaches the layers' own forwards. */
+START_TEST(sequential_and_module_list)
+{
+    int64_t base = tu_live_bytes();
+    em_set_seed(5);
+    em_module *seq = em_nn_sequential_new();
+    em_nn_linear *l0 = (em_nn_linear *)em_nn_append(seq, &em_nn_linear_new(3, 4, NULL)->base);
+    em_nn_append(seq, &em_nn_gelu_new(false)->base);
+    em_nn_append(seq, &em_nn_dropout_new(0.5)->base);
+    em_module *inner = em_nn_append(seq, em_nn_sequential_new());
+    em_nn_linear *l3 = (em_nn_linear *)em_nn_append(inner, &em_nn_linear_new(4, 2, NULL)->base);
+    ck_assert_int_eq(em_module_num_children(seq), 4);
+    ck_assert_str_eq(em_module_child_at(seq, 1)->type, "GELU");
+    em_named_tensors ps = em_module_named_parameters(seq);
+    ck_assert_int_eq(ps.n, 4);
+    ck_assert_str_eq(ps.items[0].name, "0.weight");
+    ck_assert_str_eq(ps.items[3].name, "3.0.bias");
+    em_named_tensors_free(&ps);
+    em_module_train(seq, false);   /* dropout off: the chain is deterministic */
+    EM_SCOPE {
+        em_tensor *x = tu_rand_tensor(EM_SHAPE(5, 3), EM_F32, -1, 1, 9, NULL);
+        em_tensor *got = em_module_forward(seq, x);
+        em_tensor *want = em_nn_linear_forward(l3, em_gelu(em_nn_linear_forward(l0, x)));
+        ck_assert_int_eq(got->shape[1], 2);
+        for (int64_t i = 0; i < 5; i++)
+            for (int64_t j = 0; j < 2; j++)
+                ck_assert_double_eq(em_get(got, (int64_t[]){i, j}), em_get(want, (int64_t[]){i, j}));
+    }
+    em_module *list = em_nn_module_list_new();
+    em_nn_append(list, &em_nn_linear_new(2, 2, NULL)->base);
+    em_nn_append(list, &em_nn_layer_norm_new(2, NULL)->base);
+    ck_assert_str_eq(em_module_child_at(list, 1)->type, "LayerNorm");
+    ck_assert_ptr_null(list->forward);
+    em_module_free(seq);
+    em_module_free(list);
+    ck_assert_int_eq(tu_live_bytes(), base);
+}
+END_TEST
+
+START_TEST(misuse_forward_of_a_module_list)
+{
+    tu_expect_misuse("em_module_forward: ModuleList has no one-input forward");
+    em_module *list = em_nn_module_list_new();
+    em_module_forward(list, em_zeros(EM_SHAPE(1), EM_F32, EM_CPU));
+}
+END_TEST
+
 /* One ownership rule (nn.h, tensor.h): the module holds its own reference; the caller
  * releases only what it owns. At top level a created tensor is the caller's: register,
  * then release it, and the module keeps the parameter alive. */
@@ -160,11 +208,13 @@ int main(void)
     tcase_add_test(tc, train_eval_reaches_every_module);
     tcase_add_test(tc, flatten_keeps_values_and_gradients_land_in_one_buffer);
     tcase_add_test(tc, registering_at_top_level_then_releasing_is_safe);
+    tcase_add_test(tc, sequential_and_module_list);
     suite_add_tcase(s, tc);
     TCase *tm = tcase_create("misuse");
     tu_add_misuse_test(tm, misuse_duplicate_name);
     tu_add_misuse_test(tm, misuse_release_of_a_scope_owned_parameter);
     tu_add_misuse_test(tm, misuse_release_of_a_scope_result);
+    tu_add_misuse_test(tm, misuse_forward_of_a_module_list);
     suite_add_tcase(s, tm);
     return tu_run_suite(s);
 }
