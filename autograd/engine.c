@@ -415,7 +415,6 @@ const char *em__node_name(const em_node *n)
     if (n->op == EM_CUSTOM_FUNCTION) return em__fn_name(n->fn);
     return n->op == EM_ACCUMULATE_GRAD ? "AccumulateGrad" : em_op_table[n->op].name;
 }
-#define node_name em__node_name
 
 static void check_versions(const em_node *n)
 {
@@ -426,7 +425,7 @@ static void check_versions(const em_node *n)
             em__misuse("em_backward",
                        "a tensor that %s saved for backward (%s %d, shape %s) was modified by an in-place op "
                        "after it was saved: version %u, expected %u",
-                       node_name(n), i < EM_KARGS_IN ? "input" : "output",
+                       em__node_name(n), i < EM_KARGS_IN ? "input" : "output",
                        i < EM_KARGS_IN ? i : i - EM_KARGS_IN, em__shape_str(s), s->storage->version,
                        n->saved_version[i]);
     }
@@ -528,7 +527,7 @@ void em_backward_ex(em_tensor *root, const em_backward_opts *opts)
         if (n->released) {
             em__misuse("em_backward", "trying to backward through the graph a second time (%s's saved tensors were "
                        "freed by the first backward); pass .retain_graph = true to the first em_backward_ex",
-                       node_name(n));
+                       em__node_name(n));
             break;
         }
         check_versions(n);
@@ -557,7 +556,7 @@ void em_backward_ex(em_tensor *root, const em_backward_opts *opts)
                     const struct em_geom *want = &n->in[i];
                     if (g->ndim != want->ndim || memcmp(g->shape, want->shape, sizeof(int64_t) * (size_t)g->ndim))
                         em__misuse("em_backward", "the backward rule of %s gave input %d a gradient of shape %s, "
-                                   "expected %s", node_name(n), i, em__shape_str(g), em__dims_str(want->ndim, want->shape));
+                                   "expected %s", em__node_name(n), i, em__shape_str(g), em__dims_str(want->ndim, want->shape));
                     int nr = n->next[i].nr;
                     if (!c->grad_buf[nr]) {
                         c->grad_buf[nr] = em_retain(g);

@@ -29,14 +29,20 @@ bool em__pack_plan(em_tensor *mask, int64_t B, int64_t S, em__packing *plan)
     int64_t *len = em__malloc(sizeof(int64_t) * (size_t)B);
     if (!len) return false;
     int64_t n = 0;
+    em_scope_begin();   /* the mask as contiguous bytes (1: token), read in place */
+    em_tensor *m = em_contiguous(mask->dtype == EM_BOOL ? mask : em_ne(mask, em_scalar(0, mask->dtype, EM_CPU)));
+    const uint8_t *mb = m ? em_data_ptr(m) : NULL;
+    ok = mb != NULL;
     for (int64_t b = 0; b < B && ok; b++) {
+        const uint8_t *row = mb + b * S;
         int64_t l = 0;
-        while (l < S && em_get(mask, (int64_t[]){b, l}) != 0) l++;
-        for (int64_t s = l; s < S && ok; s++) ok = em_get(mask, (int64_t[]){b, s}) == 0;
+        while (l < S && row[l]) l++;
+        for (int64_t s = l; s < S && ok; s++) ok = !row[s];
         ok = ok && l > 0;   /* an empty row: HF's uniform attention over padding; keep the padded path */
         len[b] = l;
         n += l;
     }
+    em_scope_end();
     if (!ok || n == B * S) {   /* not right padding, or nothing to save */
         em__free(len);
         return false;

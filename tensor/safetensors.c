@@ -135,30 +135,19 @@ static bool st_json_uint(const cJSON *v, uint64_t *out)
     return true;
 }
 
-static const char *st_json_kind(const cJSON *v)
-{
-    if (cJSON_IsNumber(v)) return "a number";
-    if (cJSON_IsString(v)) return "a string";
-    if (cJSON_IsArray(v)) return "an array";
-    if (cJSON_IsObject(v)) return "an object";
-    if (cJSON_IsBool(v)) return "a boolean";
-    if (cJSON_IsNull(v)) return "null";
-    return "invalid";
-}
-
 /* Parses and checks one tensor entry (everything but the overlap/hole checks). */
 static em_status st_parse_entry(const em_safetensors *st, const cJSON *item, st_entry *e)
 {
     const char *path = st->path, *name = item->string;
     e->name = name;
     if (!cJSON_IsObject(item))
-        return em__fail(EM_ERR_FORMAT, "%s: tensor '%s': entry is %s, not an object", path, name, st_json_kind(item));
+        return em__fail(EM_ERR_FORMAT, "%s: tensor '%s': entry is %s, not an object", path, name, em__json_kind(item));
 
     /* dtype */
     const cJSON *dt = cJSON_GetObjectItemCaseSensitive(item, "dtype");
     if (!dt) return em__fail(EM_ERR_FORMAT, "%s: tensor '%s': missing \"dtype\"", path, name);
     if (!cJSON_IsString(dt))
-        return em__fail(EM_ERR_FORMAT, "%s: tensor '%s': \"dtype\" is %s, not a string", path, name, st_json_kind(dt));
+        return em__fail(EM_ERR_FORMAT, "%s: tensor '%s': \"dtype\" is %s, not a string", path, name, em__json_kind(dt));
     int found = -1;
     for (int d = 0; d < EM_NUM_DTYPES; d++)
         if (strcmp(dt->valuestring, st_dtype_names[d]) == 0) found = d;
@@ -175,7 +164,7 @@ static em_status st_parse_entry(const em_safetensors *st, const cJSON *item, st_
     const cJSON *sh = cJSON_GetObjectItemCaseSensitive(item, "shape");
     if (!sh) return em__fail(EM_ERR_FORMAT, "%s: tensor '%s': missing \"shape\"", path, name);
     if (!cJSON_IsArray(sh))
-        return em__fail(EM_ERR_FORMAT, "%s: tensor '%s': \"shape\" is %s, not an array", path, name, st_json_kind(sh));
+        return em__fail(EM_ERR_FORMAT, "%s: tensor '%s': \"shape\" is %s, not an array", path, name, em__json_kind(sh));
     int ndim = cJSON_GetArraySize(sh);
     if (ndim > EM_MAX_DIMS)
         return em__fail(EM_ERR_UNSUPPORTED, "%s: tensor '%s': shape has %d dims; ember supports at most %d",
@@ -190,7 +179,7 @@ static em_status st_parse_entry(const em_safetensors *st, const cJSON *item, st_
             char buf[64] = "";
             if (cJSON_IsNumber(v)) snprintf(buf, sizeof buf, " (%g)", v->valuedouble);
             return em__fail(EM_ERR_FORMAT, "%s: tensor '%s': shape[%d] is %s%s, not a non-negative integer",
-                            path, name, d, st_json_kind(v), buf);
+                            path, name, d, em__json_kind(v), buf);
         }
         e->shape[d] = (int64_t)x;
         if (__builtin_mul_overflow(numel, x, &numel)) overflow = true;
@@ -225,11 +214,11 @@ static em_status st_parse_entry(const em_safetensors *st, const cJSON *item, st_
 static em_status st_parse_metadata(const em_safetensors *st, const cJSON *meta)
 {
     if (!cJSON_IsObject(meta))
-        return em__fail(EM_ERR_FORMAT, "%s: \"__metadata__\" is %s, not an object of strings", st->path, st_json_kind(meta));
+        return em__fail(EM_ERR_FORMAT, "%s: \"__metadata__\" is %s, not an object of strings", st->path, em__json_kind(meta));
     for (const cJSON *v = meta->child; v; v = v->next) {
         if (!cJSON_IsString(v))
             return em__fail(EM_ERR_FORMAT, "%s: \"__metadata__\" value of '%s' is %s, not a string", st->path,
-                            v->string, st_json_kind(v));
+                            v->string, em__json_kind(v));
         for (const cJSON *w = meta->child; w != v; w = w->next)
             if (strcmp(w->string, v->string) == 0)
                 return em__fail(EM_ERR_FORMAT, "%s: \"__metadata__\" has the key '%s' twice", st->path, v->string);
@@ -281,7 +270,7 @@ static em_status st_parse_header(em_safetensors *st, uint64_t hlen)
             return em__fail(EM_ERR_FORMAT, "%s: header has trailing bytes after its JSON object (at byte %zu)", path,
                             (size_t)(p - hdr));
     if (!cJSON_IsObject(st->json))
-        return em__fail(EM_ERR_FORMAT, "%s: header is %s, not a JSON object", path, st_json_kind(st->json));
+        return em__fail(EM_ERR_FORMAT, "%s: header is %s, not a JSON object", path, em__json_kind(st->json));
 
     int n = 0;
     for (const cJSON *it = st->json->child; it; it = it->next) {
