@@ -289,12 +289,13 @@ em_tensor *em_requires_grad_(em_tensor *t, bool requires_grad)
     return t;
 }
 
-bool em_requires_grad(const em_tensor *t) { return needs_grad(t); }
-bool em_is_leaf(const em_tensor *t) { return !(t->ag && t->ag->grad_fn); }
-em_tensor *em_grad(const em_tensor *t) { return t->ag ? t->ag->grad : NULL; }
+bool em_requires_grad(const em_tensor *t) { return em__live(t, "em_requires_grad") && needs_grad(t); }
+bool em_is_leaf(const em_tensor *t) { return em__live(t, "em_is_leaf") && !(t->ag && t->ag->grad_fn); }
+em_tensor *em_grad(const em_tensor *t) { return em__live(t, "em_grad") && t->ag ? t->ag->grad : NULL; }
 
 void em_set_grad(em_tensor *t, em_tensor *grad)
 {
+    if (!em__live(t, "em_set_grad") || (grad && !em__live(grad, "em_set_grad"))) return;
     if (grad && (grad->ndim != t->ndim || memcmp(grad->shape, t->shape, sizeof(int64_t) * (size_t)t->ndim) ||
                  grad->dtype != t->dtype)) {
         em__misuse("em_set_grad", "gradient %s %s does not match tensor %s %s", em__shape_str(grad),
@@ -316,13 +317,14 @@ em_tensor *em_detach(em_tensor *t)
 
 const char *em_grad_fn_name(const em_tensor *t)
 {
-    if (!t->ag || !t->ag->grad_fn) return NULL;
+    if (!em__live(t, "em_grad_fn_name") || !t->ag || !t->ag->grad_fn) return NULL;
     return em__node_name(t->ag->grad_fn);
 }
 
 /* ---- hooks ------------------------------------------------------------------------ */
 void em_register_hook(em_tensor *t, em_grad_hook fn, void *user)
 {
+    if (!em__live(t, "em_register_hook")) return;
     if (!needs_grad(t)) {
         em__misuse("em_register_hook", "cannot register a hook on a tensor that does not require grad");
         return;
@@ -361,6 +363,7 @@ bool em_remove_post_accumulate_grad_hook(em_tensor *leaf, em_post_accumulate_hoo
 
 void em_register_post_accumulate_grad_hook(em_tensor *leaf, em_post_accumulate_hook fn, void *user)
 {
+    if (!em__live(leaf, "em_register_post_accumulate_grad_hook")) return;
     if (!needs_grad(leaf) || leaf->ag->grad_fn) {
         em__misuse("em_register_post_accumulate_grad_hook", "the tensor must be a leaf that requires grad");
         return;

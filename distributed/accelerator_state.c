@@ -191,7 +191,7 @@ static em_status save_module(em_module *m, const char *path)
         em_scope_begin();   /* host copies of device tensors (a NULL copy fails the save with its error) */
         for (int i = 0; i < n; i++)
             if (ts[i]->device.type != EM_DEVICE_CPU) ts[i] = em_to(ts[i], EM_CPU);
-        st = em_safetensors_save(path, n, names, ts, 1, (const char *[]){"format"}, (const char *[]){"pt"});
+        st = em_safetensors_save_checked(path, n, names, ts, 1, (const char *[]){"format"}, (const char *[]){"pt"});
         em_scope_end();
     }
     em__free(names);

@@ -19,8 +19,7 @@
  * parameter digest is informative) must match this run (EM_ERR_INVALID naming the field), unless
  * the accelerator was made with ignore_mismatched_config, which prints what
  * it overrides. A folder without a manifest (saved by an older ember) loads
- * with a warning. CRC-32C (Castagnoli) uses SSE4.2 where the build has it,
- * else a table: the same value either way. */
+ * with a warning. CRC-32C: em__crc32c (tensor/crc32c.c). */
 #include "distributed/accelerator_internal.h"
 #include "nn/nn_internal.h"
 
@@ -38,45 +37,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#if defined(__SSE4_2__)
-#include <nmmintrin.h>
-#endif
 
 #define MANIFEST_FORMAT "ember.manifest/1"
 
-/* ---- CRC-32C ------------------------------------------------------------------------ */
-#if !defined(__SSE4_2__)
-static uint32_t crc_table[256];
-static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
-static void crc_init(void)
-{
-    for (uint32_t i = 0; i < 256; i++) {
-        uint32_t c = i;
-        for (int k = 0; k < 8; k++) c = c & 1 ? (c >> 1) ^ 0x82F63B78u : c >> 1;
-        crc_table[i] = c;
-    }
-}
-#endif
-
-/* crc continues a running CRC (start with 0). */
-static uint32_t crc32c(uint32_t crc, const unsigned char *p, size_t n)
-{
-    crc = ~crc;
-#if defined(__SSE4_2__)
-    uint64_t c = crc;
-    for (; n >= 8; p += 8, n -= 8) {
-        uint64_t v;
-        memcpy(&v, p, 8);
-        c = _mm_crc32_u64(c, v);
-    }
-    crc = (uint32_t)c;
-    for (; n; p++, n--) crc = _mm_crc32_u8(crc, *p);
-#else
-    pthread_once(&crc_once, crc_init);
-    for (; n; p++, n--) crc = crc_table[(crc ^ *p) & 0xff] ^ (crc >> 8);
-#endif
-    return ~crc;
-}
 
 /* The CRC and size of a whole file. */
 static em_status file_crc(const char *path, uint32_t *crc, int64_t *bytes)
@@ -92,7 +55,7 @@ static em_status file_crc(const char *path, uint32_t *crc, int64_t *bytes)
     uint32_t c = 0;
     int64_t total = 0;
     size_t k;
-    while ((k = fread(buf, 1, BUF, f)) > 0) c = crc32c(c, buf, k), total += (int64_t)k;
+    while ((k = fread(buf, 1, BUF, f)) > 0) c = em__crc32c_update(c, buf, k), total += (int64_t)k;
     bool bad = ferror(f) != 0;
     fclose(f);
     em__free(buf);
@@ -113,9 +76,9 @@ static uint32_t params_digest(em_module *m)
     uint32_t c = 0;
     for (int i = 0; i < ps.n + bs.n; i++) {
         const em_named_tensor *t = i < ps.n ? &ps.items[i] : &bs.items[i - ps.n];
-        c = crc32c(c, (const unsigned char *)t->name, strlen(t->name) + 1);
-        c = crc32c(c, (const unsigned char *)t->tensor->shape, sizeof(int64_t) * (size_t)t->tensor->ndim);
-        c = crc32c(c, (const unsigned char *)&t->tensor->dtype, sizeof t->tensor->dtype);
+        c = em__crc32c_update(c, (const unsigned char *)t->name, strlen(t->name) + 1);
+        c = em__crc32c_update(c, (const unsigned char *)t->tensor->shape, sizeof(int64_t) * (size_t)t->tensor->ndim);
+        c = em__crc32c_update(c, (const unsigned char *)&t->tensor->dtype, sizeof t->tensor->dtype);
     }
     em_named_tensors_free(&ps);
     em_named_tensors_free(&bs);

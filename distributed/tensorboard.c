@@ -23,7 +23,6 @@
  * reader never sees half a record unless the disk fills; on a short write
  * the writer reports EM_ERR_IO naming the file and writes nothing more. */
 #include "distributed/distributed.h"
-#include "distributed/tb_internal.h"
 #include "tensor/tensor_internal.h"
 
 #include <errno.h>
@@ -41,28 +40,6 @@ struct em_tb_writer {
     int fd;       /* -1 on ranks other than the main one, and after a failed write */
     char *path;   /* the event file */
 };
-
-/* ---- CRC-32C (Castagnoli, reflected polynomial 0x82f63b78), table-driven ---- */
-static uint32_t crc_table[256];
-
-static void crc_init(void)
-{
-    for (uint32_t i = 0; i < 256; i++) {
-        uint32_t c = i;
-        for (int k = 0; k < 8; k++) c = c & 1 ? (c >> 1) ^ 0x82f63b78u : c >> 1;
-        crc_table[i] = c;
-    }
-}
-
-uint32_t em__crc32c(const void *data, size_t n)
-{
-    static pthread_once_t once = PTHREAD_ONCE_INIT;
-    pthread_once(&once, crc_init);
-    const unsigned char *p = data;
-    uint32_t c = 0xffffffffu;
-    for (size_t i = 0; i < n; i++) c = crc_table[(c ^ p[i]) & 0xff] ^ (c >> 8);
-    return c ^ 0xffffffffu;
-}
 
 static uint32_t masked_crc(const void *data, size_t n)
 {

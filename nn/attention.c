@@ -28,7 +28,7 @@ em_tensor *em__attention_mask4(em_tensor *mask, int64_t B, int64_t S, const char
 static em_tensor *mha(em_tensor *q, em_tensor *k, em_tensor *v, em_tensor *mask4, em_tensor *lens, int64_t n_heads,
                        double dropout_p)
 {
-    EM_PROPAGATE_NULL(q, k, v);
+    EM_PROPAGATE_NULL_IN("em_nn_mhsa_forward", q, k, v);
     int64_t B = q->shape[0], S = q->shape[1], D = q->shape[2], Dh = D / n_heads;
     em_tensor *r = NULL;
     em_scope_begin();

@@ -190,7 +190,7 @@ em_distilbert_seqcls *em_distilbert_seqcls_new(const em_distilbert_config *cfg)
  * that token's hidden state, [B,D]. Otherwise [B,S,D], every position as HF. */
 static em_tensor *encode(em_distilbert_model *m, em_tensor *ids, em_tensor *mask, bool first_only, const char *op)
 {
-    EM_PROPAGATE_NULL(ids);
+    EM_PROPAGATE_NULL_IN(op, ids);
     EM_CHECK(ids->ndim == 2 && (ids->dtype == EM_I64 || ids->dtype == EM_I32), op,
              "input_ids must be i64/i32 [batch, seq], got %s %s", em_dtype_name(ids->dtype), em__shape_str(ids));
     EM_CHECK(ids->shape[1] <= m->config.max_position_embeddings, op,

@@ -899,7 +899,7 @@ em_status em_save_pretrained(const em_module *m, const char *dir)
         if (!ts[i]) s = em_last_status() ? em_last_status() : EM_ERR_OOM;
     }
     const char *mk[] = {"format"}, *mv[] = {"pt"};
-    if (!s) s = em_safetensors_save(st_path, n, names, ts, 1, mk, mv);
+    if (!s) s = em_safetensors_save_checked(st_path, n, names, ts, 1, mk, mv);
     em_scope_end();
     if (!s) {
         pthread_once(&json_once, json_hooks);

@@ -538,7 +538,7 @@ em_status em_optimizer_state_save(const em_optimizer *o, const char *path)
     }
     if (!ok) st = em_last_status() != EM_OK ? em_last_status() : EM_ERR_OOM;
     else
-        st = em_safetensors_save(path, names.n, (const char *const *)names.v, ts, keys.n,
+        st = em_safetensors_save_checked(path, names.n, (const char *const *)names.v, ts, keys.n,
                                  (const char *const *)keys.v, (const char *const *)vals.v);
     em_scope_end();
     sl_free(&names);

@@ -217,8 +217,8 @@ em_storage *em__storage_new(size_t nbytes, em_device dev)
 {
     const em_backend *be = em__backend((em_device_type)dev.type);
     if (!be) {
-        char b[16];
-        em__misuse("em_empty", "device %s is not available in this build or machine", em_device_str(dev, b));
+        char why[160];
+        em__misuse("em_empty", "%s", em__backend_absent(dev, why));
         return NULL;
     }
     if (be->device_count && (dev.index < 0 || dev.index >= be->device_count())) {

@@ -30,15 +30,34 @@ const em_backend *em__backend(em_device_type type)
     return __atomic_load_n(&backends[type], __ATOMIC_ACQUIRE);
 }
 
+const char *em__backend_absent(em_device dev, char why[160])
+{
+    char b[16];
+    if ((unsigned)dev.type >= EM_NUM_DEVICE_TYPES)
+        snprintf(why, 160, "unknown device type %d (ember knows cpu = 0 and cuda = 1)", (int)dev.type);
+    else if (!probes[dev.type] && !__atomic_load_n(&backends[dev.type], __ATOMIC_ACQUIRE))
+        snprintf(why, 160, "device %s: this build of ember has no %s support (meson setup -Dcuda=enabled)",
+                 em_device_str(dev, b), dev.type == EM_DEVICE_CUDA ? "CUDA" : "such");
+    else
+        snprintf(why, 160, "device %s: this build supports it, but the machine has no usable device "
+                 "(the driver reports none; see nvidia-smi and CUDA_VISIBLE_DEVICES)", em_device_str(dev, b));
+    return why;
+}
+
 em_status em__dispatch(em_kargs *k)
 {
     const em_op_def *def = &em_op_table[k->op];
+    for (int i = 0; i < EM_KARGS_IN; i++)   /* every kernel's tensors pass here: the one entry check that sees all */
+        if (k->in[i] && !em__live(k->in[i], def->name)) return EM_ERR_INVALID;
+    for (int i = 0; i < k->nlist; i++)
+        if (k->list[i] && !em__live(k->list[i], def->name)) return EM_ERR_INVALID;
     em_tensor *first = k->out[0] ? k->out[0] : k->in[0];
     const em_backend *be = em__backend((em_device_type)first->device.type);
     em_kernel kern = be ? be->kernels[k->op] : NULL;
     if (!kern) {
-        char b[16];
-        em__misuse(def->name, "no kernel for this op on %s", em_device_str(first->device, b));
+        char b[16], why[160];
+        if (be) em__misuse(def->name, "no kernel for this op on %s", em_device_str(first->device, b));
+        else em__misuse(def->name, "%s", em__backend_absent(first->device, why));
         return EM_ERR_UNSUPPORTED;
     }
     em_status s = (em_status)kern(k);

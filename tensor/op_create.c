@@ -186,9 +186,8 @@ em_tensor *em_to(em_tensor *t, em_device dev)
 {
     EM_PROPAGATE_NULL(t);
     if (em_device_eq(t->device, dev)) return em__scope_adopt(em_retain(t));
-    char b[16];
-    EM_CHECK(em__backend((em_device_type)dev.type), "em_to", "device %s is not available in this build",
-             em_device_str(dev, b));
+    char why[160];
+    EM_CHECK(em__backend((em_device_type)dev.type), "em_to", "%s", em__backend_absent(dev, why));
     em_tensor *out = NULL;
     em_scope_begin();
     em_tensor *c = em_contiguous(t);

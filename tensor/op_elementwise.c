@@ -89,7 +89,7 @@ static em_tensor *binary(em_op op, const char *name, dtype_rule rule, em_tensor 
 {
     a = em__autocast(op, 0, a);
     b = em__autocast(op, 1, b);
-    EM_PROPAGATE_NULL(a, b);
+    EM_PROPAGATE_NULL_IN(name, a, b);
     EM_CHECK(em_device_eq(a->device, b->device), name, "device mismatch %s vs %s", dev_name(a->device),
              dev_name(b->device));
     if (a->dtype != b->dtype && is_16_or_32(a->dtype) && is_16_or_32(b->dtype)) {
@@ -131,7 +131,7 @@ em_tensor *em_ge(em_tensor *a, em_tensor *b) { return binary(EM_OP_GE, "em_ge", 
  * to float; silently truncating would differ). */
 static em_tensor *with_scalar(em_tensor *(*fn)(em_tensor *, em_tensor *), const char *name, em_tensor *a, double s)
 {
-    EM_PROPAGATE_NULL(a);
+    EM_PROPAGATE_NULL_IN(name, a);
     EM_CHECK(em_dtype_is_float(a->dtype) || a->dtype == EM_BOOL || s == trunc(s), name,
              "scalar %g is not an integer, and the tensor is %s (convert it to a float dtype first)", s,
              em_dtype_name(a->dtype));
@@ -155,7 +155,7 @@ em_tensor *em_pow_scalar(em_tensor *a, double s)
 static em_tensor *unary(em_op op, const char *name, dtype_rule rule, em_tensor *a)
 {
     a = em__autocast(op, 0, a);
-    EM_PROPAGATE_NULL(a);
+    EM_PROPAGATE_NULL_IN(name, a);
     EM_CHECK(accepts(rule, a->dtype), name, "needs %s, got %s", rule_text(rule), em_dtype_name(a->dtype));
     return launch(op, 1, &a, a->ndim, a->shape, a->dtype, 0);
 }

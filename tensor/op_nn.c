@@ -67,7 +67,7 @@ static em_tensor *keep_if(bool ok, em_tensor *r) { return ok && r ? em_keep(r) :
 static em_tensor *softmax_op(em_tensor *t, int dim, em_op opc, const char *op)
 {
     t = em__autocast(opc, 0, t);   /* in an autocast region: f32 */
-    EM_PROPAGATE_NULL(t);
+    EM_PROPAGATE_NULL_IN(op, t);
     EM_CHECK(em_dtype_is_float(t->dtype), op, "expected a floating-point tensor, got %s %s",
              em_dtype_name(t->dtype), em__shape_str(t));
     int d = em__wrap_dim(dim, t->ndim, op);

@@ -133,7 +133,7 @@ em_tensor *em_norm(em_tensor *t, double p, int ndims, const int *dims, bool keep
 /* max/min/argmax along one dim. */
 static em_tensor *extreme(const char *name, em_op op, em_tensor *t, int dim, bool keepdim, em_tensor **indices)
 {
-    EM_PROPAGATE_NULL(t);
+    EM_PROPAGATE_NULL_IN(name, t);
     int64_t mask = dims_mask(name, t, 1, &dim);
     if (mask < 0) return NULL;
     int d = t->ndim ? (dim < 0 ? dim + t->ndim : dim) : 0;
@@ -175,7 +175,7 @@ em_tensor *em_argmax(em_tensor *t, int dim, bool keepdim)
 
 static em_tensor *extreme_all(const char *name, em_op op, em_tensor *t)
 {
-    EM_PROPAGATE_NULL(t);
+    EM_PROPAGATE_NULL_IN(name, t);
     EM_CHECK(em_numel(t) > 0, name, "cannot reduce over a zero-size dimension (input %s has no elements)",
              em__shape_str(t));
     int64_t mask = ((int64_t)1 << t->ndim) - 1;

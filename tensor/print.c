@@ -300,6 +300,7 @@ static void repr(sink *s, em_tensor *t)
 
 void em_tensor_print(em_tensor *t, FILE *f)
 {
+    if (t && !em__live(t, "em_tensor_print")) return;
     sink s = {.f = f ? f : stdout};
     repr(&s, t);
     put(&s, "\n", 1);
@@ -307,6 +308,10 @@ void em_tensor_print(em_tensor *t, FILE *f)
 
 size_t em_tensor_repr(em_tensor *t, char *buf, size_t cap)
 {
+    if (t && !em__live(t, "em_tensor_repr")) {
+        if (cap > 0) buf[0] = '\0';
+        return 0;
+    }
     sink s = {.buf = buf, .cap = cap};
     repr(&s, t);
     if (cap > 0) buf[s.len < cap - 1 ? s.len : cap - 1] = '\0';

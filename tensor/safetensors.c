@@ -31,6 +31,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +43,11 @@
 #error "safetensors.c assumes a little-endian host (the format is little-endian)"
 #endif
 
+/* __metadata__ key holding the CRC-32C of the data section (8 lowercase hex
+ * digits), written by em_safetensors_save and verified by open when present;
+ * other readers (safetensors, transformers) ignore it. */
+#define ST_CRC_KEY "ember_crc32c"
+#define ST_CRC_PLACEHOLDER "00000000"
 #define ST_MAX_HEADER 100000000ull      /* the reference implementation's cap */
 #define ST_MAX_EXACT 9007199254740992.0 /* 2^53: larger JSON numbers lose precision */
 
@@ -324,6 +330,25 @@ static em_status st_parse_header(em_safetensors *st, uint64_t hlen)
     return EM_OK;
 }
 
+/* A file ember saved carries the CRC-32C of its data section: a damaged byte
+ * (bit rot, a bad copy) is refused at open instead of loading wrong weights.
+ * Files without the key (other writers) load unverified. */
+static em_status st_verify_checksum(const em_safetensors *st)
+{
+    const char *want = em_safetensors_metadata(st, ST_CRC_KEY);
+    if (!want) return EM_OK;
+    char *end = NULL;
+    unsigned long v = strtoul(want, &end, 16);
+    if (strlen(want) != 8 || *end)
+        return em__fail(EM_ERR_FORMAT, "%s: \"__metadata__\" field \"" ST_CRC_KEY "\" is '%s', not 8 hex digits",
+                        st->path, want);
+    uint32_t got = em__crc32c(st->data, (size_t)st->data_len);
+    if (got != (uint32_t)v)
+        return em__fail(EM_ERR_FORMAT, "%s: the tensor data is damaged: its CRC-32C is %08" PRIx32 ", but the file "
+                        "was saved with %s (\"" ST_CRC_KEY "\"); restore the file from a good copy", st->path, got, want);
+    return EM_OK;
+}
+
 em_status em_safetensors_open(const char *path, em_safetensors **out)
 {
     if (!path || !out) {
@@ -393,6 +418,8 @@ em_status em_safetensors_open(const char *path, em_safetensors **out)
     st->data = st->map + 8 + hlen;
     st->data_len = size - 8 - hlen;
     s = st_parse_header(st, hlen);
+    if (s) goto fail;
+    s = st_verify_checksum(st);
     if (s) goto fail;
     *out = st;
     return EM_OK;
@@ -560,16 +587,23 @@ static bool st_write_all(int fd, const void *p, size_t n)
     return true;
 }
 
+/* Writes data bytes and continues the file's data checksum. */
+static bool st_emit(int fd, const void *p, size_t n, uint32_t *crc)
+{
+    *crc = em__crc32c_update(*crc, p, n);
+    return st_write_all(fd, p, n);
+}
+
 #define ST_SCRATCH (1u << 20)
 
 /* Writes the logical contents of a non-contiguous CPU tensor, row-major,
  * gathering elements into scratch. */
-static bool st_write_strided(int fd, const em_tensor *t, uint8_t *scratch)
+static bool st_write_strided(int fd, const em_tensor *t, uint8_t *scratch, uint32_t *crc)
 {
     size_t es = em_dtype_size(t->dtype);
     const uint8_t *base = (const uint8_t *)t->storage->data + (size_t)t->offset * es;
     int nd = t->ndim;
-    if (nd == 0 || em_numel(t) == 0) return st_write_all(fd, base, nd == 0 ? es : 0);
+    if (nd == 0 || em_numel(t) == 0) return st_emit(fd, base, nd == 0 ? es : 0, crc);
     int64_t inner = t->shape[nd - 1], istride = t->stride[nd - 1] * (int64_t)es;
     int64_t rows = em_numel(t) / inner;
     int64_t idx[EM_MAX_DIMS] = {0};
@@ -580,7 +614,7 @@ static bool st_write_strided(int fd, const em_tensor *t, uint8_t *scratch)
         const uint8_t *row = base + off * (int64_t)es;
         for (int64_t j = 0; j < inner; j++) {
             if (fill + es > ST_SCRATCH) {
-                if (!st_write_all(fd, scratch, fill)) return false;
+                if (!st_emit(fd, scratch, fill, crc)) return false;
                 fill = 0;
             }
             const uint8_t *src = row + j * istride;
@@ -597,13 +631,13 @@ static bool st_write_strided(int fd, const em_tensor *t, uint8_t *scratch)
             idx[d] = 0;
         }
     }
-    return st_write_all(fd, scratch, fill);
+    return st_emit(fd, scratch, fill, crc);
 }
 
-em_status em_safetensors_save(const char *path, int n, const char *const *names, em_tensor *const *ts,
-                              int n_meta, const char *const *meta_keys, const char *const *meta_values)
+static em_status st_save(const char *op, bool checksum, const char *path, int n, const char *const *names,
+                         em_tensor *const *ts, int n_meta, const char *const *meta_keys,
+                         const char *const *meta_values)
 {
-    static const char *op = "em_safetensors_save";
     if (!path || n < 0 || (n > 0 && (!names || !ts)) || n_meta < 0 || (n_meta > 0 && (!meta_keys || !meta_values))) {
         em__misuse(op, "path, names, tensors and metadata arrays must be given (n=%d, n_meta=%d)", n, n_meta);
         return EM_ERR_INVALID;
@@ -639,6 +673,10 @@ em_status em_safetensors_save(const char *path, int n, const char *const *names,
             em__misuse(op, "metadata key or value %d is NULL", i);
             return EM_ERR_INVALID;
         }
+        if (strcmp(meta_keys[i], ST_CRC_KEY) == 0) {
+            em__misuse(op, "metadata key \"" ST_CRC_KEY "\" is reserved: ember writes the data's checksum there");
+            return EM_ERR_INVALID;
+        }
         if (meta_keys[i][st_utf8_check((const uint8_t *)meta_keys[i], strlen(meta_keys[i]))] ||
             meta_values[i][st_utf8_check((const uint8_t *)meta_values[i], strlen(meta_values[i]))]) {
             em__misuse(op, "metadata entry '%s' is not valid UTF-8", meta_keys[i]);
@@ -654,7 +692,7 @@ em_status em_safetensors_save(const char *path, int n, const char *const *names,
     uint8_t *scratch = NULL;
     size_t plen = strlen(path);
     st_item *items = em__malloc(sizeof *items * (size_t)(n ? n : 1));
-    const char **mk = em__malloc(sizeof *mk * 2 * (size_t)(n_meta ? n_meta : 1));
+    const char **mk = em__malloc(sizeof *mk * 2 * (size_t)(n_meta + 1));
     tmp = em__malloc(plen + 32);
     if (!items || !mk || !tmp) {
         s = em__fail(EM_ERR_OOM, "%s: out of memory preparing to save %d tensors", path, n);
@@ -670,10 +708,17 @@ em_status em_safetensors_save(const char *path, int n, const char *const *names,
             s = EM_ERR_INVALID;
             goto done;
         }
-    const char **mv = mk + n_meta;
+    /* the checksum key joins the caller's; its value is patched in after the data */
+    const char **mv = mk + n_meta + 1;
     for (int i = 0; i < n_meta; i++) mk[i] = meta_keys[i];
-    qsort(mk, (size_t)n_meta, sizeof *mk, st_cmp_strp);
-    for (int i = 0; i < n_meta; i++) {
+    int n_all = n_meta + checksum;
+    if (checksum) mk[n_meta] = ST_CRC_KEY;
+    qsort(mk, (size_t)n_all, sizeof *mk, st_cmp_strp);
+    for (int i = 0; i < n_all; i++) {
+        if (strcmp(mk[i], ST_CRC_KEY) == 0) {
+            mv[i] = ST_CRC_PLACEHOLDER;
+            continue;
+        }
         if (i && strcmp(mk[i - 1], mk[i]) == 0) {
             dup_key = mk[i];
             s = EM_ERR_INVALID;
@@ -692,7 +737,7 @@ em_status em_safetensors_save(const char *path, int n, const char *const *names,
         items[i].end = pos;
     }
     st_jbuf jb = { 0 };
-    st_header(&jb, n, items, n_meta, mk, mv);
+    st_header(&jb, n, items, n_all, mk, mv);
     size_t hlen = (jb.len + 7) / 8 * 8;
     hdr = em__malloc(8 + hlen);
     if (!hdr) {
@@ -701,8 +746,13 @@ em_status em_safetensors_save(const char *path, int n, const char *const *names,
     }
     for (int b = 0; b < 8; b++) hdr[b] = (char)(((uint64_t)hlen >> (8 * b)) & 0xff);
     jb = (st_jbuf){ .p = hdr + 8 };
-    st_header(&jb, n, items, n_meta, mk, mv);
+    st_header(&jb, n, items, n_all, mk, mv);
     memset(hdr + 8 + jb.len, ' ', hlen - jb.len);
+    /* the first match is the metadata's (it leads the header; a quote inside a JSON string is escaped) */
+    static const char needle[] = "\"" ST_CRC_KEY "\":\"" ST_CRC_PLACEHOLDER "\"";
+    char *crc_at = checksum ? (char *)memmem(hdr + 8, hlen, needle, sizeof needle - 1) + strlen("\"" ST_CRC_KEY "\":\"")
+                            : NULL;   /* the 8 hex digits, at file offset crc_at - hdr */
+    uint32_t crc = 0;
 
     snprintf(tmp, plen + 32, "%s.tmp.%ld", path, (long)getpid());
     fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0666);
@@ -719,15 +769,18 @@ em_status em_safetensors_save(const char *path, int n, const char *const *names,
         size_t nb = (size_t)(items[i].end - items[i].begin);
         if (nb == 0) continue;
         if (em_is_contiguous(t)) {
-            if (!st_write_all(fd, em_data_ptr(t), nb)) goto write_error;
+            if (!st_emit(fd, em_data_ptr(t), nb, &crc)) goto write_error;
             continue;
         }
         if (!scratch && !(scratch = em__malloc(ST_SCRATCH))) {
             s = em__fail(EM_ERR_OOM, "%s: out of memory writing tensor '%s'", path, items[i].name);
             goto done;
         }
-        if (!st_write_strided(fd, t, scratch)) goto write_error;
+        if (!st_write_strided(fd, t, scratch, &crc)) goto write_error;
     }
+    char hex[9];
+    snprintf(hex, sizeof hex, "%08" PRIx32, crc);
+    if (crc_at && pwrite(fd, hex, 8, (off_t)(crc_at - hdr)) != 8) goto write_error;
     if (fsync(fd) != 0) goto write_error;
     int cfd = fd;
     fd = -1;
@@ -763,4 +816,16 @@ done:
     if (dup_tensor) em__misuse(op, "duplicate tensor name '%s'", dup_tensor);
     if (dup_key) em__misuse(op, "duplicate metadata key '%s'", dup_key);
     return s;
+}
+
+em_status em_safetensors_save(const char *path, int n, const char *const *names, em_tensor *const *ts,
+                              int n_meta, const char *const *meta_keys, const char *const *meta_values)
+{
+    return st_save("em_safetensors_save", false, path, n, names, ts, n_meta, meta_keys, meta_values);
+}
+
+em_status em_safetensors_save_checked(const char *path, int n, const char *const *names, em_tensor *const *ts,
+                                      int n_meta, const char *const *meta_keys, const char *const *meta_values)
+{
+    return st_save("em_safetensors_save_checked", true, path, n, names, ts, n_meta, meta_keys, meta_values);
 }

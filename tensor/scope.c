@@ -71,7 +71,7 @@ em_tensor *em__scope_adopt(em_tensor *t)
 
 em_tensor *em_keep(em_tensor *t)
 {
-    if (!t) return NULL;
+    if (!t || !em__live(t, "em_keep")) return NULL;
     if (depth == 0) {
         em__misuse("em_keep", "no scope is open; outside a scope the caller already owns the tensor");
         return NULL;

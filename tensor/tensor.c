@@ -2,6 +2,7 @@
 #include "tensor/tensor_internal.h"
 
 #include <omp.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,7 +16,8 @@ bool em_device_eq(em_device a, em_device b) { return a.type == b.type && a.index
 const char *em_device_str(em_device d, char buf[16])
 {
     if (d.type == EM_DEVICE_CPU) snprintf(buf, 16, "cpu");
-    else snprintf(buf, 16, "cuda:%d", d.index);
+    else if (d.type == EM_DEVICE_CUDA) snprintf(buf, 16, "cuda:%d", d.index);
+    else snprintf(buf, 16, "type%d:%d", d.type, d.index);   /* not a device; callers refuse it */
     return buf;
 }
 
@@ -51,6 +53,7 @@ void em__contiguous_strides(int ndim, const int64_t *shape, int64_t *stride)
 
 int64_t em_numel(const em_tensor *t)
 {
+    if (!em__live(t, "em_numel")) return 0;
     int64_t n = 1;
     for (int d = 0; d < t->ndim; d++) n *= t->shape[d];
     return n;
@@ -58,6 +61,7 @@ int64_t em_numel(const em_tensor *t)
 
 bool em_is_contiguous(const em_tensor *t)
 {
+    if (!em__live(t, "em_is_contiguous")) return false;
     int64_t s = 1;
     for (int d = t->ndim - 1; d >= 0; d--) {
         if (t->shape[d] == 0) return true;
@@ -79,6 +83,7 @@ int em__wrap_dim(int dim, int ndim, const char *op)
 
 int64_t em_size(const em_tensor *t, int dim)
 {
+    if (!em__live(t, "em_size")) return 0;
     int d = em__wrap_dim(dim, t->ndim, "em_size");
     return d < 0 || t->ndim == 0 ? 1 : t->shape[d];
 }
@@ -94,6 +99,48 @@ bool em__broadcast_shapes(int na, const int64_t *a, int nb, const int64_t *b, in
     }
     *nout = n;
     return true;
+}
+
+/* ---- tensor headers and their quarantine -------------------------------------------
+ * A released header is not freed at once: its magic is cleared and it waits in a
+ * FIFO of the last QUARANTINE releases, so a stale pointer still reads a dead
+ * header (not reused memory) and the entry check names the mistake. The oldest
+ * is freed when the ring is full; a pointer kept past QUARANTINE later releases
+ * may go unnoticed (ASan builds catch those). One mutex: releases are rare next
+ * to the kernels they bracket. */
+#define QUARANTINE 1024
+#define DEAD_MAGIC 0xdeadbe11u
+static pthread_mutex_t quarantine_lock = PTHREAD_MUTEX_INITIALIZER;
+static em_tensor *quarantine[QUARANTINE];
+static unsigned quarantine_next;
+
+static void header_free(em_tensor *t)
+{
+    t->magic = DEAD_MAGIC;
+    pthread_mutex_lock(&quarantine_lock);
+    em_tensor *old = quarantine[quarantine_next];
+    quarantine[quarantine_next] = t;
+    quarantine_next = (quarantine_next + 1) % QUARANTINE;
+    pthread_mutex_unlock(&quarantine_lock);
+    em__free(old);
+}
+
+/* At exit, so leak checkers see only real leaks. */
+__attribute__((destructor)) static void quarantine_drain(void)
+{
+    pthread_mutex_lock(&quarantine_lock);
+    for (int i = 0; i < QUARANTINE; i++) em__free(quarantine[i]), quarantine[i] = NULL;
+    pthread_mutex_unlock(&quarantine_lock);
+}
+
+void em__misuse_dead(const em_tensor *t, const char *op)
+{
+    if (t->magic == DEAD_MAGIC)
+        em__misuse(op, "tensor %p was released (its last reference went, by em_release or at the end of the "
+                       "scope that made it) and is used again; keep it with em_retain, or make it outside the scope",
+                   (const void *)t);
+    else
+        em__misuse(op, "%p is not an ember tensor (a stale or corrupted pointer)", (const void *)t);
 }
 
 /* ---- construction and refcounts -------------------------------------------------- */
@@ -112,6 +159,7 @@ static em_tensor *tensor_new(em_storage *s, int ndim, const int64_t *shape, cons
     t->dtype = dt;
     t->device = s->device;
     t->refcount = 1;
+    t->magic = EM_TENSOR_LIVE;
     return t;
 }
 
@@ -174,26 +222,28 @@ em_tensor *em_from_data(const void *data, int ndim, const int64_t *shape, em_dty
 
 em_tensor *em_retain(em_tensor *t)
 {
-    if (t) t->refcount++;
+    if (t && em__live(t, "em_retain")) t->refcount++;
+    else t = NULL;
     return t;
 }
 
 em_tensor *em__retain_held(em_tensor *t)
 {
-    if (t) t->refcount++, t->held++;
+    if (t && em__live(t, "em_retain")) t->refcount++, t->held++;
+    else t = NULL;
     return t;
 }
 
 void em__release_held(em_tensor *t)
 {
-    if (!t) return;
+    if (!t || !em__live(t, "em_release")) return;
     t->held--;
     em_release(t);
 }
 
 void em_release(em_tensor *t)
 {
-    if (!t) return;
+    if (!t || !em__live(t, "em_release")) return;
     if (t->refcount <= t->held) {   /* the caller owns none of the references left */
         em__misuse("em_release",
                    "tensor %s: every reference left belongs to a scope or a module (a result made inside "
@@ -205,12 +255,13 @@ void em_release(em_tensor *t)
     if (--t->refcount > 0) return;
     if (t->ag && em__ag_free_hook) em__ag_free_hook(t);
     em__storage_release(t->storage);
-    em__free(t);
+    header_free(t);
 }
 
 /* ---- element access (slow; tests and teaching) ----------------------------------- */
 static char *elem_ptr(em_tensor *t, const int64_t *idx, const char *op)
 {
+    if (!em__live(t, op)) return NULL;
     if (t->device.type != EM_DEVICE_CPU) {
         em__misuse(op, "tensor is on a CUDA device; move it to the CPU with em_to first");
         return NULL;
@@ -242,6 +293,7 @@ void em_set(em_tensor *t, const int64_t *idx, double v)
 
 double em_item(em_tensor *t)
 {
+    if (!em__live(t, "em_item")) return 0.0;
     if (em_numel(t) != 1) {
         em__misuse("em_item", "tensor of shape %s has %lld elements, not 1", em__shape_str(t), (long long)em_numel(t));
         return 0.0;
@@ -252,6 +304,6 @@ double em_item(em_tensor *t)
 
 void *em_data_ptr(em_tensor *t)
 {
-    if (!t->storage->data) return NULL;
+    if (!em__live(t, "em_data_ptr") || !t->storage->data) return NULL;
     return (char *)t->storage->data + t->offset * (int64_t)em_dtype_size(t->dtype);
 }

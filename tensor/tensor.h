@@ -93,7 +93,14 @@ typedef struct em_tensor {
     int32_t refcount;              /**< references held (em_retain, em_release)     */
     int32_t held;                  /**< of those, the ones scopes and modules hold: em_release refuses them */
     struct em_autograd_meta *ag;   /**< owned by autograd/; NULL for plain tensors    */
+    uint32_t magic;                /**< EM_TENSOR_LIVE while alive; the API checks it on entry, so a tensor used
+                                        or released after its last release is a misuse error, not a crash */
 } em_tensor;
+
+/** em_tensor.magic of a live tensor. A released tensor's header is kept a
+ * while (a quarantine of recent frees) with another value, so a stale pointer
+ * passed to ember is caught and named instead of reading reused memory. */
+#define EM_TENSOR_LIVE 0x7e1150a1u
 
 /* ---- errors ------------------------------------------------------------- */
 const char *em_last_error(void);      /**< message of the last outside failure on this thread */
@@ -119,7 +126,7 @@ const char *em_dtype_name(em_dtype dt);
 bool em_dtype_is_float(em_dtype dt);
 /** Whether a and b are the same device (type and index). */
 bool em_device_eq(em_device a, em_device b);
-/** Writes "cpu" or "cuda:N" into buf (16 bytes, the caller's) and returns buf. */
+/** Writes "cpu" or "cuda:N" into buf (16 bytes, the caller's) and returns buf; "typeT:N" for a type that is no device. */
 const char *em_device_str(em_device d, char buf[16]);
 /** Threads used by CPU kernels: EM_NUM_THREADS, then OMP_NUM_THREADS, then cores
  * (read once, at the first call). */
@@ -427,6 +434,12 @@ em_tensor *em_safetensors_get(em_safetensors *st, const char *name);
  * EM_ERR_IO naming path when writing fails. */
 em_status em_safetensors_save(const char *path, int n, const char *const *names, em_tensor *const *ts,
                               int n_meta, const char *const *meta_keys, const char *const *meta_values);
+/** As em_safetensors_save, plus the CRC-32C of the data section in the
+ * `__metadata__` key "ember_crc32c" (8 hex digits; other readers ignore it).
+ * em_safetensors_open verifies it when present and refuses a damaged file
+ * (EM_ERR_FORMAT naming it). The key is reserved: passing it is misuse. */
+em_status em_safetensors_save_checked(const char *path, int n, const char *const *names, em_tensor *const *ts,
+                                      int n_meta, const char *const *meta_keys, const char *const *meta_values);
 
 /* ---- caller locations for misuse messages --------------------------------
  * User code calls ops through same-named macros that record __FILE__:__LINE__;

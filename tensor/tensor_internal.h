@@ -34,10 +34,27 @@ const char *em__dims_str(int ndim, const int64_t *shape);
 
 /* Misuse check inside a function returning a pointer. */
 #define EM_CHECK(cond, op, ...) do { if (!(cond)) { em__misuse(op, __VA_ARGS__); return NULL; } } while (0)
-/* NULL in, NULL out: an earlier failure propagates without a second message. */
-#define EM_PROPAGATE_NULL(...) do { em_tensor *em__in_[] = {__VA_ARGS__}; \
+/* NULL in, NULL out: an earlier failure propagates without a second message.
+ * A released tensor (stale pointer) is a misuse error named after the function. */
+#define EM_PROPAGATE_NULL(...) EM_PROPAGATE_NULL_IN(__func__, __VA_ARGS__)
+/* The same, where the public name is a variable (a helper shared by several ops). */
+#define EM_PROPAGATE_NULL_IN(op, ...) do { em_tensor *em__in_[] = {__VA_ARGS__}; \
     for (size_t em__i = 0; em__i < sizeof em__in_ / sizeof *em__in_; em__i++) \
-        if (!em__in_[em__i]) return NULL; } while (0)
+        if (!em__in_[em__i] || !em__live(em__in_[em__i], op)) return NULL; } while (0)
+/* Whether t (not NULL) is a live tensor; otherwise reports misuse in op and
+ * returns false. One load and compare: cheap enough for every entry point. */
+void em__misuse_dead(const em_tensor *t, const char *op);
+static inline bool em__live(const em_tensor *t, const char *op)
+{
+    if (__builtin_expect(t->magic == EM_TENSOR_LIVE, 1)) return true;
+    em__misuse_dead(t, op);
+    return false;
+}
+
+/* CRC-32C (Castagnoli) of n bytes; _update continues a running value (start
+ * with 0), so update(update(0, a), b) is the CRC of a then b. tensor/crc32c.c */
+uint32_t em__crc32c(const void *data, size_t n);
+uint32_t em__crc32c_update(uint32_t crc, const void *data, size_t n);
 
 /* ---- host allocations (metadata, scratch) ---------------------------------
  * Every allocation, host metadata included, goes through these so the
@@ -180,7 +197,10 @@ void em__register_backend(const em_backend *b);
  * driver call happens at load or on CPU-only paths (a CUDA context made
  * before fork() is unusable in the child: Check's fork-mode tests). */
 void em__register_backend_probe(em_device_type type, const em_backend *(*probe)(void));
-const em_backend *em__backend(em_device_type type);   /* NULL when not registered (or the probe found none) */
+const em_backend *em__backend(em_device_type type);
+/* Why dev has no backend, for a message: an unknown type, a build without
+ * it, or a build with it on a machine without the device. Writes why. */
+const char *em__backend_absent(em_device dev, char why[160]);   /* NULL when not registered (or the probe found none) */
 extern const em_backend em__cpu_backend;
 
 /* The f32 GEMM precision (em_set_float32_matmul_precision): true for

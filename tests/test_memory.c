@@ -1,6 +1,7 @@
 /* Memory: refcounts, scopes, allocator counters, the fail-the-Nth switch,
  * and misuse messages that name the caller's file:line. */
 #include "check_util.h"
+#include "ember_config.h"
 #include "tensor/tensor_internal.h"
 
 #include <string.h>
@@ -163,6 +164,74 @@ START_TEST(misuse_unbalanced_scope)
 }
 END_TEST
 
+/* Handle safety: a released tensor keeps a dead header a while, so a stale
+ * pointer is a misuse error naming the call's file:line, not a crash. */
+START_TEST(misuse_use_after_release)
+{
+    char expect[320];
+    em_tensor *a = em_zeros(EM_SHAPE(4), EM_F32, EM_CPU);
+    em_release(a);
+    int line = __LINE__ + 3;   /* the em_add below */
+    snprintf(expect, sizeof expect, "was released (its last reference went, by em_release or at the end of the scope that made it) and is used again; keep it with em_retain, or make it outside the scope (test_memory.c:%d)", line);
+    tu_expect_misuse(expect);
+    em_add(a, a);
+}
+END_TEST
+
+START_TEST(misuse_double_release)
+{
+    em_tensor *a = em_zeros(EM_SHAPE(4), EM_F32, EM_CPU);
+    em_release(a);
+    tu_expect_misuse("ember: em_release: tensor");
+    em_release(a);
+}
+END_TEST
+
+START_TEST(misuse_result_escaping_its_scope)
+{
+    em_tensor *kept = NULL;
+    EM_SCOPE { kept = em_ones(EM_SHAPE(2, 2), EM_F32, EM_CPU); }   /* not em_keep'd: gone at the scope's end */
+    tu_expect_misuse("ember: em_sum: tensor");
+    em_sum(kept, 0, NULL, false);
+}
+END_TEST
+
+START_TEST(misuse_stale_pointer_in_an_accessor)
+{
+    em_tensor *a = em_zeros(EM_SHAPE(4), EM_F32, EM_CPU);
+    em_release(a);
+    tu_expect_misuse("ember: em_item: tensor");
+    em_item(a);
+}
+END_TEST
+
+START_TEST(misuse_unknown_device_type)
+{
+    tu_expect_misuse("em_empty: unknown device type 5 (ember knows cpu = 0 and cuda = 1)");
+    em_zeros(EM_SHAPE(2), EM_F32, ((em_device){5, 0}));
+}
+END_TEST
+
+/* Without a GPU the message says which is missing: CUDA support in this
+ * build, or a device on this machine. */
+START_TEST(device_names)
+{
+    char b[16];
+    ck_assert_str_eq(em_device_str((em_device){5, 1}, b), "type5:1");
+    ck_assert_str_eq(em_device_str((em_device){EM_DEVICE_CUDA, 1}, b), "cuda:1");
+    ck_assert_str_eq(em_device_str(EM_CPU, b), "cpu");
+}
+END_TEST
+
+/* registered only where no GPU is usable */
+START_TEST(missing_cuda_names_the_missing_part)
+{
+    tu_expect_misuse(EMBER_HAVE_CUDA ? "device cuda:0: this build supports it, but the machine has no usable device"
+                                     : "device cuda:0: this build of ember has no CUDA support");
+    em_zeros(EM_SHAPE(2), EM_F32, EM_CUDA(0));
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("memory");
@@ -180,6 +249,13 @@ int main(void)
     tu_add_misuse_test(tm, misuse_names_op_shapes_and_caller);
     tu_add_misuse_test(tm, misuse_bad_view);
     tu_add_misuse_test(tm, misuse_unbalanced_scope);
+    tu_add_misuse_test(tm, misuse_use_after_release);
+    tu_add_misuse_test(tm, misuse_double_release);
+    tu_add_misuse_test(tm, misuse_result_escaping_its_scope);
+    tu_add_misuse_test(tm, misuse_stale_pointer_in_an_accessor);
+    tu_add_misuse_test(tm, misuse_unknown_device_type);
+    tcase_add_test(tm, device_names);
+    if (!em__backend(EM_DEVICE_CUDA)) tu_add_misuse_test(tm, missing_cuda_names_the_missing_part);
     suite_add_tcase(s, tm);
     return tu_run_suite(s);
 }

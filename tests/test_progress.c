@@ -7,7 +7,7 @@
  * written here (bitwise CRC-32C, a generic protobuf walk). */
 #include "check_util.h"
 #include "distributed/distributed.h"
-#include "distributed/tb_internal.h"
+#include "tensor/tensor_internal.h"   /* em__crc32c */
 
 #include <math.h>
 #include <stdio.h>

@@ -799,11 +799,75 @@ START_TEST(misuse_name_index_out_of_range)
 }
 END_TEST
 
+/* em_safetensors_save_checked stores the data's CRC-32C in the metadata;
+ * open verifies it: one flipped bit anywhere in the data is refused naming
+ * the file, a damaged checksum field too; plain saves carry no key. */
+START_TEST(checked_save_refuses_a_damaged_byte)
+{
+    make_tmpdir();
+    em_tensor *ids = em_arange(0, 6, 1, EM_I64, EM_CPU), *ids23 = em_reshape(ids, EM_SHAPE(2, 3));
+    em_tensor *ts[2] = {filled(1000, EM_F32, 0.25), em_transpose(ids23, 0, 1)};   /* one strided */
+    const char *names[2] = {"w", "ids"};
+    const char *path = tpath("checked.safetensors"), *plain = tpath("plain.safetensors");
+    ck_assert_int_eq(em_safetensors_save_checked(path, 2, names, ts, 1, (const char *[]){"format"},
+                                                 (const char *[]){"pt"}), EM_OK);
+    ck_assert_int_eq(em_safetensors_save(plain, 2, names, ts, 0, NULL, NULL), EM_OK);
+    em_safetensors *st;
+    ck_assert_int_eq(em_safetensors_open(plain, &st), EM_OK);
+    ck_assert_ptr_null(em_safetensors_metadata(st, "ember_crc32c"));
+    em_safetensors_close(st);
+    ck_assert_int_eq(em_safetensors_open(path, &st), EM_OK);
+    const char *crc = em_safetensors_metadata(st, "ember_crc32c");
+    ck_assert_ptr_nonnull(crc);
+    ck_assert_uint_eq(strlen(crc), 8);
+    ck_assert_str_ne(crc, "00000000");   /* patched after the data was written */
+    em_safetensors_close(st);
+
+    size_t len;
+    uint8_t *good = read_bytes(path, &len);
+    uint64_t hl = 0;
+    for (int i = 7; i >= 0; i--) hl = hl << 8 | good[i];
+    const char *damaged = tpath("damaged.safetensors");
+    size_t spots[3] = {8 + (size_t)hl, 8 + (size_t)hl + 2001, len - 1};   /* first, middle, last data byte */
+    for (int k = 0; k < 3; k++) {
+        good[spots[k]] ^= 0x10;
+        write_bytes(damaged, good, len);
+        good[spots[k]] ^= 0x10;
+        em_clear_error();
+        ck_assert_int_eq(em_safetensors_open(damaged, &st), EM_ERR_FORMAT);
+        ck_assert_msg(strstr(em_last_error(), damaged) && strstr(em_last_error(), "damaged"), "%s", em_last_error());
+    }
+    /* a damaged checksum field: not hex */
+    char *field = memmem(good + 8, (size_t)hl, "\"ember_crc32c\":\"", 16);
+    ck_assert_ptr_nonnull(field);
+    field[16] = 'x';
+    write_bytes(damaged, good, len);
+    ck_assert_int_eq(em_safetensors_open(damaged, &st), EM_ERR_FORMAT);
+    ck_assert_msg(strstr(em_last_error(), "not 8 hex digits"), "%s", em_last_error());
+    free(good);
+    em_release(ts[0]);
+    em_release(ts[1]);
+    em_release(ids23);
+    em_release(ids);
+    remove_tmpdir();
+}
+END_TEST
+
+START_TEST(misuse_reserved_checksum_key)
+{
+    em_tensor *t = filled(1, EM_F32, 1);
+    tu_expect_misuse("\"ember_crc32c\" is reserved");
+    em_safetensors_save("/tmp/ember-never-written.safetensors", 1, (const char *[]){"w"}, &t, 1,
+                        (const char *[]){"ember_crc32c"}, (const char *[]){"00000000"});
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("safetensors");
     TCase *tc = tcase_create("safetensors");
     tcase_add_test(tc, round_trip_every_dtype);
+    tcase_add_test(tc, checked_save_refuses_a_damaged_byte);
     tcase_add_test(tc, round_trip_non_contiguous);
     tcase_add_test(tc, metadata_round_trip);
     tcase_add_test(tc, header_layout_matches_python_writer);
@@ -820,6 +884,7 @@ int main(void)
     TCase *tm = tcase_create("misuse");
     tu_add_misuse_test(tm, misuse_duplicate_names);
     tu_add_misuse_test(tm, misuse_reserved_name);
+    tu_add_misuse_test(tm, misuse_reserved_checksum_key);
     tu_add_misuse_test(tm, misuse_duplicate_metadata_key);
     tu_add_misuse_test(tm, misuse_name_index_out_of_range);
     suite_add_tcase(s, tm);
