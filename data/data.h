@@ -189,6 +189,10 @@ typedef struct em_tokenizer_info {
 em_tokenizer_info em_tokenizer_get_info(const em_tokenizer *tok);
 /** tokenizer_config.json's model_max_length (em_tokenizer_get_info(tok).model_max_length): 0 when none. */
 int64_t em_tokenizer_model_max_length(const em_tokenizer *tok);
+/** Sets the model_max_length that em_tokenizer_save_pretrained writes (n > 0;
+ * misuse otherwise): a model's position count, so that transformers truncates
+ * long inputs to what the model can read. */
+void em_tokenizer_set_model_max_length(em_tokenizer *tok, int64_t n);
 
 /** The ids of the special tokens; -1 for one the vocabulary lacks. */
 typedef struct em_special_ids { /** @{ [UNK] [CLS] [SEP] [PAD] [MASK] */ int32_t unk, cls, sep, pad, mask; /** @} */ } em_special_ids;   /**< -1: absent */

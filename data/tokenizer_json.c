@@ -872,6 +872,15 @@ em_tokenizer_info em_tokenizer_get_info(const em_tokenizer *t)
 
 int64_t em_tokenizer_model_max_length(const em_tokenizer *t) { return t ? t->info.model_max_length : 0; }
 
+void em_tokenizer_set_model_max_length(em_tokenizer *t, int64_t n)
+{
+    if (!t || n <= 0) {
+        em__misuse("em_tokenizer_set_model_max_length", "needs a tokenizer and a positive length (got %lld)", (long long)n);
+        return;
+    }
+    t->info.model_max_length = n;
+}
+
 /* ---- em_tokenizer_save_pretrained ----------------------------------------------------- */
 /* mkdir -p */
 static em_status make_dirs(const char *dir)

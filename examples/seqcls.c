@@ -415,6 +415,8 @@ int main(int argc, char **argv)
     em_accelerator_print(accelerator, "final dev accuracy %.4f\n", m.accuracy);
 
     if (a.output_dir) {
+        /* a model made here reads at most max_len positions: say so to transformers */
+        if (!a.model_dir && !em_tokenizer_model_max_length(tok)) em_tokenizer_set_model_max_length(tok, a.max_len);
         em_accelerator_set_tokenizer(accelerator, tok);   /* save_model writes its files beside the model */
         if (em_accelerator_save_model(accelerator, model, a.output_dir) != EM_OK) DIE("%s", em_last_error());
         if (main_process) {

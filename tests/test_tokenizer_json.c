@@ -258,6 +258,13 @@ START_TEST(info)
     ck_assert(i.do_lower_case && i.strip_accents && i.strip_all_marks && !i.clean_text && !i.tokenize_chinese_chars);
     ck_assert_int_eq(i.max_input_chars_per_word, 12);
     ck_assert_int_eq(i.model_max_length, 0);   /* transformers' 1e30 */
+    /* a length set before saving is what the saved folder says */
+    em_tokenizer_set_model_max_length(t, 96);
+    const char *mml_dir = scratch("mml-set");
+    ck_assert_int_eq(em_tokenizer_save_pretrained(t, mml_dir), EM_OK);
+    em_tokenizer_free(t);
+    t = load_dir(mml_dir, NULL);
+    ck_assert_int_eq(em_tokenizer_get_info(t).model_max_length, 96);
     em_tokenizer_free(t);
 
     t = load_dir(fixture("tokenizer-json/vocab_only"), NULL);
