@@ -564,6 +564,11 @@ em_dataloader_opts em_dataloader_options(const em_dataloader *dl);
  * then unchanged), EM_ERR_OOM. */
 em_status em_dataloader_reshard(em_dataloader *dl, const em_dataloader_opts *sharding);
 
+/* caller locations for misuse messages (tensor.h's EM__AT) */
+#ifndef EMBER_BUILDING
+#include "data/data_at.h"
+#endif
+
 #ifdef __cplusplus
 }
 #endif

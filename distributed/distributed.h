@@ -512,6 +512,11 @@ const char *em_tb_writer_path(const em_tb_writer *w);
 /** Closes the file and frees w; NULL is ok. */
 void em_tb_writer_free(em_tb_writer *w);
 
+/* caller locations for misuse messages (tensor.h's EM__AT) */
+#ifndef EMBER_BUILDING
+#include "distributed/distributed_at.h"
+#endif
+
 #ifdef __cplusplus
 }
 #endif

@@ -1128,7 +1128,10 @@ START_TEST(test_misuse_unprepared_optimizer)
     int n;
     em_tensor **p = params_of(m, &n);
     em_optimizer *opt = em_sgd_new(p, n, NULL);
-    tu_expect_misuse("was not prepared");
+    char expect[160];   /* distributed.h's functions name the caller's file:line too */
+    snprintf(expect, sizeof expect, "em_accelerator_optimizer_step: the optimizer was not prepared "
+             "(em_accelerator_prepare) (test_accelerator.c:%d)", __LINE__ + 2);
+    tu_expect_misuse(expect);
     em_accelerator_optimizer_step(acc, opt);
 }
 END_TEST
