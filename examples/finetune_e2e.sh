@@ -1,7 +1,8 @@
 #!/bin/sh
 # ember e2e — seqcls as a fine-tuning script, and classify on its output.
 #   finetune_e2e.sh resume SEQCLS CLASSIFY
-#       a run killed with SIGKILL mid-epoch, resumed with
+#       no temporary folder outlives a failed or SIGTERM'd run; a run killed
+#       with SIGKILL mid-epoch, resumed with
 #       --resume_from_checkpoint latest, ends with the same model.safetensors,
 #       byte for byte, as an uninterrupted run (1 process, built-in task).
 #   finetune_e2e.sh pretrained SEQCLS CLASSIFY FIXTURES
@@ -27,6 +28,19 @@ expect_fail() {   # name, expected text, command...: must exit non-zero and prin
 
 case $mode in
 resume)
+    # the built-in task's temporary folder goes on every exit path (issue 14):
+    # a failing run, and a run stopped by SIGTERM while it writes the task
+    mkdir -p "$work/tmp"
+    expect_fail "bad --vocab" "/nonexistent" env TMPDIR="$work/tmp" "$seqcls" --vocab /nonexistent
+    TMPDIR="$work/tmp" "$seqcls" --train_size 3000000 --epochs 1 >"$work/t.log" 2>&1 &
+    pid=$!
+    i=0
+    while [ -z "$(ls "$work/tmp")" ] && [ $i -lt 3000 ]; do sleep 0.01; i=$((i + 1)); done
+    [ -n "$(ls "$work/tmp")" ] || fail "no ember-seqcls-* folder appeared"
+    kill -TERM $pid
+    wait $pid
+    [ -z "$(ls "$work/tmp")" ] || fail "left behind after SIGTERM: $(ls "$work/tmp")"
+    echo "ok: temporary folders removed after an error and after SIGTERM"
     args="--epochs 3 --checkpointing_steps 25 --checkpoints_total_limit 2"
     "$seqcls" $args --output_dir "$work/u" >"$work/u.log" 2>&1 || { cat "$work/u.log"; fail "uninterrupted run"; }
     "$seqcls" $args --output_dir "$work/r" >"$work/r1.log" 2>&1 &

@@ -2,6 +2,7 @@
  * label set read from the training file, and the built-in synthetic task. */
 #include "seqcls.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -214,13 +215,47 @@ static bool write_split(const char *path, int64_t n, uint64_t *rng)
     return fclose(f) == 0;
 }
 
+/* The built-in task's folder goes on every exit path: seqcls_remove_builtin
+ * after reading, exit() (DIE, a failing rank) through atexit, and SIGINT,
+ * SIGTERM or SIGHUP (mpirun stopping a job) through a handler that only
+ * unlinks precomputed paths (async-signal-safe) and then dies of the signal. */
+static char builtin_dir[256], builtin_files[3][512];
+static volatile sig_atomic_t builtin_live;
+
+static void remove_builtin_now(void)
+{
+    if (!builtin_live) return;
+    builtin_live = 0;
+    for (int i = 0; i < 3; i++) unlink(builtin_files[i]);
+    rmdir(builtin_dir);
+}
+
+static void remove_builtin_on_signal(int sig)
+{
+    remove_builtin_now();
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
 bool seqcls_make_builtin(char *dir, size_t cap, const seqcls_args *a)
 {
     snprintf(dir, cap, "%s/ember-seqcls-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-    if (!mkdtemp(dir)) return false;
-    char path[512];
-    snprintf(path, sizeof path, "%s/vocab.txt", dir);
-    FILE *f = fopen(path, "w");
+    if (strlen(dir) >= sizeof builtin_dir - 16 || !mkdtemp(dir)) return false;
+    static const char *const files[3] = { "vocab.txt", "train.tsv", "dev.tsv" };
+    snprintf(builtin_dir, sizeof builtin_dir, "%s", dir);
+    for (int i = 0; i < 3; i++) snprintf(builtin_files[i], sizeof builtin_files[i], "%s/%s", dir, files[i]);
+    static bool hooked;
+    if (!hooked) {
+        hooked = true;
+        atexit(remove_builtin_now);
+        const int sigs[3] = { SIGINT, SIGTERM, SIGHUP };
+        for (int i = 0; i < 3; i++) {
+            struct sigaction old;
+            if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler == SIG_DFL) signal(sigs[i], remove_builtin_on_signal);
+        }
+    }
+    builtin_live = 1;
+    FILE *f = fopen(builtin_files[0], "w");
     if (!f) return false;
     fprintf(f, "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n");
     for (int i = 0; i < COUNT(NEUTRAL); i++) fprintf(f, "%s\n", NEUTRAL[i]);
@@ -228,20 +263,11 @@ bool seqcls_make_builtin(char *dir, size_t cap, const seqcls_args *a)
     for (int i = 0; i < COUNT(NEGATIVE); i++) fprintf(f, "%s\n", NEGATIVE[i]);
     if (fclose(f) != 0) return false;
     uint64_t rng = a->seed * 1000003u + 17;
-    snprintf(path, sizeof path, "%s/train.tsv", dir);
-    if (!write_split(path, a->train_size, &rng)) return false;
-    snprintf(path, sizeof path, "%s/dev.tsv", dir);
-    return write_split(path, a->dev_size, &rng);
+    return write_split(builtin_files[1], a->train_size, &rng) && write_split(builtin_files[2], a->dev_size, &rng);
 }
 
 void seqcls_remove_builtin(const char *dir)
 {
-    if (!dir || !dir[0]) return;
-    const char *files[] = { "vocab.txt", "train.tsv", "dev.tsv" };
-    char path[512];
-    for (int i = 0; i < 3; i++) {
-        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
-        remove(path);
-    }
-    rmdir(dir);
+    (void)dir;   /* the one folder seqcls_make_builtin made */
+    remove_builtin_now();
 }
