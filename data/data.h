@@ -271,7 +271,8 @@ typedef struct em_table em_table;
 /** Options of the TSV and CSV readers; zeroed (or a NULL pointer) means the defaults. */
 typedef struct em_table_opts {
     char delimiter;   /**< 0 -> a tab for em_table_read_tsv, ',' for em_table_read_csv       */
-    bool no_header;   /**< false (default): the first line names the columns; true: none,
+    bool no_header;   /**< false (default): the first line names the columns, each once (a name
+                       * twice is EM_ERR_FORMAT naming path:line); true: none,
                        * and the columns are named "0", "1", ...                           */
 } em_table_opts;
 

@@ -291,6 +291,13 @@ static em_status parse_delimited(em_table *t, char *buf, size_t start, size_t le
                 b.cap_cell = b.ncell = 0;
                 if (!alloc_names(t, cols, 0)) { st = EM_ERR_OOM; goto done; }
                 for (int c = 0; c < cols; c++) t->names[c] = buf + hdr[c];
+                for (int c = 1; c < cols; c++)   /* a name twice is ambiguous: refuse rather than pick one */
+                    for (int e = 0; e < c; e++)
+                        if (!strcmp(t->names[c], t->names[e])) {
+                            st = em__fail(EM_ERR_FORMAT, "%s:%lld: the header names column \"%s\" twice (columns %d "
+                                          "and %d)", t->path, (long long)rec_line, t->names[c], e + 1, c + 1);
+                            goto done;
+                        }
                 continue;
             }
         } else if (nf != cols) {

@@ -21,27 +21,11 @@ static em_status said(em_status st)
     return st;
 }
 
-/* A header that names a column twice is ambiguous: refuse it rather than pick one. */
-static em_status unique_columns(em_status st, em_table **t)
-{
-    if (st != EM_OK) return said(st);
-    for (int i = 0; i < em_table_cols(*t); i++)
-        for (int j = 0; j < i; j++)
-            if (!strcmp(em_table_col_name(*t, i), em_table_col_name(*t, j))) {
-                fprintf(stderr, "seqcls: %s:1: the header names column \"%s\" twice (columns %d and %d)\n",
-                        em_table_path(*t), em_table_col_name(*t, i), j + 1, i + 1);
-                em_table_free(*t);
-                *t = NULL;
-                return EM_ERR_FORMAT;
-            }
-    return EM_OK;
-}
-
 em_status seqcls_read_table(const char *path, const seqcls_args *a, em_table **out)
 {
     const char *fmt = a->format ? a->format : ext_of(path);
-    if (!strcmp(fmt, "tsv")) return unique_columns(em_table_read_tsv(path, NULL, out), out);
-    if (!strcmp(fmt, "csv")) return unique_columns(em_table_read_csv(path, NULL, out), out);
+    if (!strcmp(fmt, "tsv")) return said(em_table_read_tsv(path, NULL, out));
+    if (!strcmp(fmt, "csv")) return said(em_table_read_csv(path, NULL, out));
     if (!strcmp(fmt, "jsonl") || !strcmp(fmt, "json")) {
         const char *fields[3] = { a->text_a };
         int n = 1;

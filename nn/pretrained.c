@@ -540,17 +540,19 @@ static char ***labels_slot(em_module *m, int **n)
 static em_status check_model_size(const em__arch *arch, const void *cfg, int num_labels, const char *path)
 {
     double V, H, I, L, P, T = 0, emb, layer, head;
-    const char *names;
+    const char *names, *layer_names;   /* the config's own field names, for the message */
     if (arch == &em__distilbert_arch) {
         const em_distilbert_config *c = cfg;
         V = (double)c->vocab_size, H = (double)c->dim, I = (double)c->hidden_dim, L = (double)c->n_layers;
         P = (double)c->max_position_embeddings;
         names = "vocab_size %.0f x dim %.0f";
+        layer_names = "n_layers %.0f x %.3g parameters each (dim %.0f, hidden_dim %.0f)";
     } else {
         const em_bert_config *c = cfg;
         V = (double)c->vocab_size, H = (double)c->hidden_size, I = (double)c->intermediate_size;
         L = (double)c->num_hidden_layers, P = (double)c->max_position_embeddings, T = (double)c->type_vocab_size;
         names = "vocab_size %.0f x hidden_size %.0f";
+        layer_names = "num_hidden_layers %.0f x %.3g parameters each (hidden_size %.0f, intermediate_size %.0f)";
     }
     emb = (V + P + T) * H + 2 * H;
     layer = 4 * (H * H + H) + 2 * H * I + I + H + 4 * H;
@@ -568,7 +570,7 @@ static em_status check_model_size(const em__arch *arch, const void *cfg, int num
     if (bytes <= limit) return EM_OK;
     char part[160];
     if (emb >= L * layer) snprintf(part, sizeof part, names, V, H);
-    else snprintf(part, sizeof part, "%.0f layers x %.3g parameters each (hidden %.0f, intermediate %.0f)", L, layer, H, I);
+    else snprintf(part, sizeof part, layer_names, L, layer, H, I);
     return em__fail(EM_ERR_INVALID,
                     "%s: the model this config describes has %.3g parameters (%.3g GB in f32), more than %s (%.3g GB); "
                     "the largest part: %s. Check those fields (or set EMBER_MAX_MODEL_BYTES)",
