@@ -148,6 +148,8 @@ em_accelerator *em_accelerator_new(const em_accelerator_opts *opts)
     ACC_CHECK(o.gradient_accumulation_steps >= 0, "em_accelerator_new", NULL,
               "gradient_accumulation_steps is %d; it must be >= 1 (0 means the default)", o.gradient_accumulation_steps);
     ACC_CHECK(o.total_limit >= 0, "em_accelerator_new", NULL, "total_limit is %d; it must be >= 0", o.total_limit);
+    ACC_CHECK(o.max_steps >= 0, "em_accelerator_new", NULL, "max_steps is %lld; it must be >= 0 (0: no limit)",
+              (long long)o.max_steps);
     ACC_CHECK(o.even_batches >= -1 && o.even_batches <= 1, "em_accelerator_new", NULL,
               "even_batches is %d; use 0 (default, true), 1 (true) or -1 (false)", o.even_batches);
 
@@ -169,6 +171,7 @@ em_accelerator *em_accelerator_new(const em_accelerator_opts *opts)
     acc->auto_naming = o.automatic_checkpoint_naming;
     acc->total_limit = o.total_limit;
     acc->ignore_mismatched_config = o.ignore_mismatched_config;
+    acc->max_steps = o.max_steps;
     acc->ddp_opts = o.ddp;
     acc->device = EM_CPU;   /* pick_device below, once the rank is known */
     acc->sync = true;
@@ -211,6 +214,23 @@ void em_accelerator_free(em_accelerator *acc)
     if (acc->pg) em__nn_set_process(0, 1);
     em__free(acc->project_dir);
     em__free(acc);
+}
+
+void em_accelerator_free_all(em_accelerator *acc)
+{
+    if (!acc) return;
+    em__acc_opt opts[EM__ACC_MAX];
+    em__acc_loader loaders[EM__ACC_MAX];
+    em__acc_model models[EM__ACC_MAX];
+    em_scheduler *scheds[EM__ACC_MAX];
+    int no = acc->n_opts, nl = acc->n_loaders, nm = acc->n_models, ns = acc->n_scheds;
+    memcpy(opts, acc->opts, sizeof opts), memcpy(loaders, acc->loaders, sizeof loaders);
+    memcpy(models, acc->models, sizeof models), memcpy(scheds, acc->scheds, sizeof scheds);
+    em_accelerator_free(acc);   /* DDP companions and open batch scopes first: they point into the objects */
+    for (int i = 0; i < ns; i++) em_scheduler_free(scheds[i]);
+    for (int i = 0; i < no; i++) em_optimizer_free(opts[i].opt);
+    for (int i = 0; i < nl; i++) em_dataloader_free(loaders[i].dl);
+    for (int i = 0; i < nm; i++) em_module_free(models[i].m);
 }
 
 /* ---- prepare ------------------------------------------------------------------- */
@@ -374,6 +394,7 @@ bool em_accelerator_next(em_accelerator *acc, em_dataloader *dl, em_batch *out)
     ACC_CHECK(j >= 0, "em_accelerator_next", false, "the dataloader was not prepared (em_accelerator_prepare)");
     em__acc_loader *l = &acc->loaders[j];
     close_batch_scope(l);
+    if (em_accelerator_reached_max_steps(acc)) return false;   /* no scope: nothing to close */
     l->scope_depth = em_scope_depth();
     em_scope_begin();
     l->scope_open = true;
@@ -398,6 +419,32 @@ void em_accelerator_end_loop(em_accelerator *acc, em_dataloader *dl)
     int j = find_loader(acc, dl);
     ACC_CHECK(j >= 0, "em_accelerator_end_loop", , "the dataloader was not prepared (em_accelerator_prepare)");
     close_batch_scope(&acc->loaders[j]);
+}
+
+bool em_accelerator_reached_max_steps(const em_accelerator *acc)
+{
+    ACC_CHECK(acc, "em_accelerator_reached_max_steps", false, "the accelerator is NULL");
+    return acc->max_steps > 0 && em_accelerator_optimizer_steps(acc) >= acc->max_steps;
+}
+
+void em_accelerator_set_trigger(em_accelerator *acc)
+{
+    ACC_CHECK(acc, "em_accelerator_set_trigger", , "the accelerator is NULL");
+    acc->trigger = true;
+}
+
+bool em_accelerator_check_trigger(em_accelerator *acc)
+{
+    ACC_CHECK(acc, "em_accelerator_check_trigger", false, "the accelerator is NULL");
+    bool any = acc->trigger;
+    if (acc->world > 1) {
+        em_scope_begin();
+        em_tensor *flag = em_full(EM_SHAPE(1), any ? 1.0 : 0.0, EM_F32, acc->device);
+        any = !flag || em_pg_all_reduce(acc->pg, flag, EM_RED_MAX) != EM_OK || em_item(em_to(flag, EM_CPU)) > 0;
+        em_scope_end();
+    }
+    acc->trigger = false;
+    return any;
 }
 
 /* ---- accumulation --------------------------------------------------------------- */

@@ -78,6 +78,8 @@ struct em_accelerator {
     unsigned warned;                /* EM__ACC_WARN_* already printed */
     const em_tokenizer *tokenizer;  /* saved by save_model beside the model (borrowed) */
     int64_t autocast_regions0;      /* em_autocast_stats().regions when the accelerator was made */
+    int64_t max_steps;              /* opts.max_steps: 0 = no limit */
+    bool trigger;                   /* set_trigger since the last check_trigger */
 };
 
 /* The prepared loader that is iterating now (see em_accelerator_next), or -1.

@@ -228,6 +228,12 @@ typedef struct em_accelerator_opts {
      * cannot start again once finalized (Accelerate's PartialState is a
      * singleton too); later accelerators share it and their .pg is unused. */
     em_process_group *process_group;
+    /** Stop after this many optimizer steps (HF Trainer's max_steps; 0: no
+     * limit): once em_accelerator_optimizer_steps reaches it,
+     * em_accelerator_next returns false without opening a scope, in this
+     * epoch and every later one, and em_accelerator_reached_max_steps is
+     * true. Every rank steps together, so every rank stops at the same batch. */
+    int64_t max_steps;
 } em_accelerator_opts;
 
 /** Hugging Face Accelerate's Accelerator (opaque), as the section comment above
@@ -239,6 +245,10 @@ em_accelerator *em_accelerator_new(const em_accelerator_opts *opts);
 /** Frees the DDP companions and the scaler; the prepared objects stay the
  * caller's, and the world stays joined (see .process_group). NULL is ok. */
 void em_accelerator_free(em_accelerator *acc);
+/** The whole teardown in one call: em_accelerator_free, then every object
+ * prepared on acc, in a safe order (schedulers, optimizers, dataloaders,
+ * models). Datasets and tokenizers stay the caller's. NULL is ok. */
+void em_accelerator_free_all(em_accelerator *acc);
 
 /** Prepares the objects in place, in any order, and returns EM_OK or an error:
  *   - models: moved to the device, flattened (em_module_flatten), and given a
@@ -292,6 +302,22 @@ bool em_accelerator_next(em_accelerator *acc, em_dataloader *dl, em_batch *out);
  * loader stays where it stopped: the next em_accelerator_next continues
  * there. No-op when dl has no open batch scope. */
 void em_accelerator_end_loop(em_accelerator *acc, em_dataloader *dl);
+/** Whether opts.max_steps optimizer steps were taken (false without a limit):
+ * `for (epoch = 0; epoch < E && !em_accelerator_reached_max_steps(acc); epoch++)`. */
+bool em_accelerator_reached_max_steps(const em_accelerator *acc);
+/** Early stopping across ranks (Accelerate's set_trigger / check_trigger):
+ * a rank that wants to stop calls set_trigger; check_trigger (collective,
+ * every rank at the same point) returns true on every rank when any rank set
+ * it since the last check, and clears it. So all ranks leave the loop at the
+ * same step, instead of one waiting forever in the next collective:
+ *
+ *     if (val_loss > best) em_accelerator_set_trigger(acc);
+ *     if (em_accelerator_check_trigger(acc)) { em_accelerator_end_loop(acc, dl); break; }
+ */
+void em_accelerator_set_trigger(em_accelerator *acc);
+/** See em_accelerator_set_trigger. A failed all-reduce counts as a trigger
+ * (the error stays in em_last_error). Collective. */
+bool em_accelerator_check_trigger(em_accelerator *acc);
 
 /** Divides loss by the length of the current accumulation window, scales it
  * under fp16, runs em_backward, and on sync steps finishes DDP's all-reduce

@@ -455,6 +455,52 @@ START_TEST(test_early_break_end_loop)
 }
 END_TEST
 
+/* max_steps ends the loop where it is driven: after 3 optimizer steps
+ * (6 micro-steps with K = 2) every em_accelerator_next returns false, in
+ * this epoch and the next, with no scope left open; then free_all frees
+ * what prepare was given, leak-free. */
+START_TEST(test_max_steps_and_free_all)
+{
+    int64_t base = tu_live_bytes();
+    toy_ds *ds = toy_new(40, 5);   /* 20 batches of 2 */
+    em_accelerator *acc = em_accelerator_new(&(em_accelerator_opts){ .gradient_accumulation_steps = 2, .max_steps = 3 });
+    toy_model *m = toy_model_new(0);
+    int n;
+    em_tensor **p = params_of(m, &n);
+    em_optimizer *opt = em_sgd_new(p, n, &(em_sgd_opts){ .lr = 0.1 });
+    free(p);
+    em_scheduler *sched = em_linear_schedule_with_warmup(opt, 1, 10);
+    em_dataloader *dl = loader(ds, 2, false);
+    ck_assert_int_eq(em_accelerator_prepare(acc, &m->base, opt, dl, sched), EM_OK);
+    int depth = em_scope_depth(), batches = 0, epochs = 0;
+    for (int epoch = 0; epoch < 5 && !em_accelerator_reached_max_steps(acc); epoch++, epochs++)
+        for (em_batch b; em_accelerator_next(acc, dl, &b);) {
+            batches++;
+            EM_ACCUMULATE(acc, &m->base) {
+                em_accelerator_backward(acc, toy_loss(m, b.input_ids, b.labels));
+                em_accelerator_optimizer_step(acc, opt);
+                em_accelerator_scheduler_step(acc, sched);
+                em_accelerator_optimizer_zero_grad(acc, opt);
+            }
+        }
+    ck_assert_int_eq(batches, 6);
+    ck_assert_int_eq(epochs, 1);
+    ck_assert_int_eq(em_accelerator_optimizer_steps(acc), 3);
+    ck_assert(em_accelerator_reached_max_steps(acc));
+    ck_assert_int_eq(em_scope_depth(), depth);
+    for (em_batch b; em_accelerator_next(acc, dl, &b);) ck_abort_msg("a batch past max_steps");
+    ck_assert_int_eq(em_scope_depth(), depth);
+    /* early stopping on one process: the trigger is seen once */
+    ck_assert(!em_accelerator_check_trigger(acc));
+    em_accelerator_set_trigger(acc);
+    ck_assert(em_accelerator_check_trigger(acc));
+    ck_assert(!em_accelerator_check_trigger(acc));
+    em_accelerator_free_all(acc);
+    em_dataset_free(&ds->base);
+    ck_assert_int_eq(tu_live_bytes(), base);
+}
+END_TEST
+
 START_TEST(test_gather_for_metrics_single)
 {
     toy_ds *ds = toy_new(10, 1);
@@ -1168,6 +1214,7 @@ static Suite *make_suite(void)
     tcase_add_test(tc, test_clip_grad_norm);
     tcase_add_test(tc, test_gather_for_metrics_single);
     tcase_add_test(tc, test_early_break_end_loop);
+    tcase_add_test(tc, test_max_steps_and_free_all);
     tcase_add_test(tc, test_save_load_bit_identical);
     tcase_add_test(tc, test_save_load_bit_identical_fp16);
     tcase_add_test(tc, test_save_state_layout_and_overwrite);

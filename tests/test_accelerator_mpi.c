@@ -371,8 +371,17 @@ static void test_helpers(int64_t tag)
     }
     em_accelerator_wait_for_everyone(acc);
     EM_ON_MAIN_PROCESS(acc) remove(path);
+    /* early stopping: the last rank alone sets the trigger at step 3; every
+     * rank's check_trigger says so at that step, and only then */
+    int stopped_at = -1;
+    for (int step = 0; step < 6 && stopped_at < 0; step++) {
+        if (step == 3 && em_accelerator_is_last_process(acc)) em_accelerator_set_trigger(acc);
+        if (em_accelerator_check_trigger(acc)) stopped_at = step;
+    }
+    CHECK(stopped_at == 3, "rank %d stopped at step %d, not 3", g_rank, stopped_at);
+    CHECK(!em_accelerator_check_trigger(acc), "the trigger was not cleared");
     em_accelerator_free(acc);
-    pass("process helpers: split_between_processes, reduce, main_process_first");
+    pass("process helpers: split_between_processes, reduce, main_process_first, check_trigger");
 }
 
 /* ---- the "checkpoint from every rank" warning ---------------------------------------------- */
