@@ -49,9 +49,23 @@
  * multiplies each gradient by float(1 / double(scale)). It works on the CPU
  * too: Accelerate silently ignores fp16 on the CPU; ember does not.
  *
- * Layering note: the scaler is the one part of amp/ that drives objects of
- * the layers above it (it reads gradients through autograd's em_grad and
- * steps optim's optimizer through its public API), as torch's does.
+ * The scaler only scales: tensors in, flags out. It scales a loss, unscales
+ * the gradients it is given (recording found_inf under a key, normally the
+ * optimizer's address, which it never dereferences) and updates its scale;
+ * whoever owns the loop decides whether to step (the Accelerator does; by
+ * hand it is llm.c's three lines):
+ *
+ *     int n;
+ *     em_tensor **g = em_optimizer_grads(opt, &n);         // optim.h
+ *     bool ok;
+ *     em_grad_scaler_prepare_step(scaler, opt, n, g, &ok);  // torch's scaler.step(opt), minus the step
+ *     if (ok) em_optimizer_step(opt);
+ *     em_grad_scaler_update(scaler);
+ *     free(g);
+ *
+ * So amp/ calls neither autograd nor optim (the layers above it). torch's
+ * scaler.unscale_(opt) / scaler.step(opt) are these lines, as
+ * em_grad_scaler_unscale_ / em_grad_scaler_step in distributed.h.
  *
  * Misuse (aborts through the handler) uses torch's messages, e.g.
  * "unscale_() has already been called on this optimizer since the last
@@ -101,7 +115,6 @@ void em_autocast_stats_reset(void);   /**< zeroes casts and cache_hits */
 /** A dynamic loss scaler (torch.amp.GradScaler); made by em_grad_scaler_new,
  * freed by em_grad_scaler_free. One per training loop; not thread-safe. */
 typedef struct em_grad_scaler em_grad_scaler;
-struct em_optimizer;
 
 /** Zero fields take torch's defaults: init_scale 2^16, growth_factor 2,
  * backoff_factor 0.5, growth_interval 2000. disabled: every call passes
@@ -123,21 +136,28 @@ void em_grad_scaler_free(em_grad_scaler *s);                            /**< NUL
 /** loss * scale, a recorded op owned by the current scope (loss itself, one
  * more reference, when disabled). Backward from it gives scaled gradients. */
 em_tensor *em_grad_scaler_scale(em_grad_scaler *s, em_tensor *loss);
-/** Divides the gradients of opt's parameters by the scale, in place, and
- * records whether any of them held an inf or NaN. One fused OpenMP pass per
- * run of gradients that are adjacent views of one buffer (a flat gradient
- * buffer: one pass in all); other gradients (another device, odd strides)
- * go through ops. f16 gradients are misuse ("Attempting to unscale FP16
- * gradients.": master weights must be f32; ember's optimizers take only f32
- * and f64 parameters anyway). Misuse when called twice, or after step,
- * before update(). Call it before clipping (em_grad_scaler_clip_grad_norm). */
-em_status em_grad_scaler_unscale_(em_grad_scaler *s, struct em_optimizer *opt);
-/** Unscales (unless done since the last update) and steps opt unless an inf
- * or NaN was found. *stepped (may be NULL) tells whether it stepped: when it
- * did not, do not step the LR scheduler either. Misuse when called twice
- * before update(), or when opt has no gradient ("No inf checks were recorded
- * for this optimizer."). The optimizer's own failure is returned. */
-em_status em_grad_scaler_step(em_grad_scaler *s, struct em_optimizer *opt, bool *stepped);
+/** Divides the n gradients (NULL entries are skipped) by the scale, in
+ * place, and records under key whether any held an inf or NaN. One fused
+ * OpenMP pass per run of gradients that are adjacent views of one buffer (a
+ * flat gradient buffer: one pass in all); other gradients (another device,
+ * odd strides) go through ops. f16 gradients are misuse ("Attempting to
+ * unscale FP16 gradients.": master weights must be f32). Misuse when key was
+ * unscaled or stepped since the last update. Unscale before clipping. */
+em_status em_grad_scaler_unscale_grads(em_grad_scaler *s, const void *key, int n, em_tensor *const *grads);
+/** torch's scaler.step(optimizer) without the step: unscales the gradients
+ * (unless key was unscaled since the last update), marks key stepped and sets
+ * *step to whether no inf or NaN was found; the caller then steps its
+ * optimizer only when *step (and, when it did not, does not step the LR
+ * scheduler either). A disabled scaler sets *step = true. Misuse when key
+ * was already stepped before update(), or when no gradient was given ("No
+ * inf checks were recorded for this optimizer."). */
+em_status em_grad_scaler_prepare_step(em_grad_scaler *s, const void *key, int n, em_tensor *const *grads, bool *step);
+/** Whether key's gradients were unscaled (and not yet stepped) since the last update. */
+bool em_grad_scaler_is_unscaled(const em_grad_scaler *s, const void *key);
+/** Whether a loss scaled since the last unscale or update may have left
+ * gradients that still carry the scale (*scale, may be NULL, gets it): the
+ * owner of the loop uses it to warn about clipping before unscaling. */
+bool em_grad_scaler_grads_scaled(const em_grad_scaler *s, double *scale);
 /** Backs off or grows the scale from the steps since the last update, and
  * forgets them. Misuse when no optimizer was unscaled or stepped since the
  * last update ("No inf checks were recorded prior to update."). */
@@ -145,13 +165,8 @@ void em_grad_scaler_update(em_grad_scaler *s);
 /** torch's update(new_scale): sets the scale (rounded to f32), leaves the
  * growth tracker, forgets the steps. */
 void em_grad_scaler_update_to(em_grad_scaler *s, double new_scale);
-/** Unscales opt's gradients (as em_grad_scaler_unscale_, unless done since the
- * last update) and clips them: em_optimizer_clip_grad_norm on true gradients. */
-em_status em_grad_scaler_clip_grad_norm(em_grad_scaler *s, struct em_optimizer *opt, double max_norm,
-                                        double *total_norm);
-
-/** Whether opt's last em_grad_scaler_step since the last update skipped. */
-bool em_grad_scaler_step_was_skipped(const em_grad_scaler *s, const struct em_optimizer *opt);
+/** Whether key's last em_grad_scaler_prepare_step (kept across update) said not to step. */
+bool em_grad_scaler_step_was_skipped(const em_grad_scaler *s, const void *key);
 bool em_grad_scaler_is_enabled(const em_grad_scaler *s);   /**< false for a disabled scaler (or NULL) */
 double em_grad_scaler_get_scale(const em_grad_scaler *s);   /**< 1.0 when disabled */
 int64_t em_grad_scaler_growth_tracker(const em_grad_scaler *s);   /**< clean steps since the last growth or backoff; 0 when disabled */

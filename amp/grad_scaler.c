@@ -3,11 +3,12 @@
  * aten/src/ATen/native/cpu/AmpGradScalerKernels.cpp).
  *
  * State: the scale (f32, as torch's 0-d float tensor), the growth tracker
- * (int32), and per optimizer since the last update: its stage (READY,
- * UNSCALED, STEPPED) and its found_inf (0 or 1, f32; only the CPU "device"
- * here, so one value per optimizer instead of torch's per-device map).
+ * (int32), and per key (an optimizer's address) since the last update: its
+ * stage (READY, UNSCALED, STEPPED) and its found_inf (0 or 1, f32; one value
+ * per key instead of torch's per-device map).
  *
- * Unscaling reads the gradients of the optimizer's parameters directly: a
+ * Unscaling takes the gradient tensors it is given (amp/ calls neither
+ * autograd nor optim; the loop's owner collects them): a
  * run of gradients that are adjacent contiguous views of one storage (a flat
  * gradient buffer) is ONE OpenMP pass that multiplies by inv_scale and flags
  * non-finite values, as torch's _amp_foreach_non_finite_check_and_unscale_
@@ -17,9 +18,6 @@
  * elsewhere (odd strides, other dtypes) go through ordinary ops.
  */
 #include "amp/amp.h"
-#include "amp/amp_internal.h"
-#include "autograd/autograd.h"
-#include "optim/optim.h"
 #include "tensor/tensor_internal.h"
 
 #include <errno.h>
@@ -30,8 +28,8 @@
 
 enum { READY = 0, UNSCALED, STEPPED };
 
-typedef struct opt_state {
-    const em_optimizer *opt;
+typedef struct opt_state {   /* one per key (an optimizer's address, never dereferenced) */
+    const void *key;
     int stage;
     float found_inf;
     bool checked;        /* a gradient was seen: torch's non-empty found_inf_per_device */
@@ -46,16 +44,11 @@ struct em_grad_scaler {
     int32_t growth_tracker;
     opt_state *opts;
     int n_opts, cap_opts;
-    /* em_grad_scaler_scale made a scaled loss since the last unscale_ or
+    /* em_grad_scaler_scale made a scaled loss since the last unscale or
      * update: the gradients of its backward still carry the scale (read by
-     * em_clip_grad_norm's clipping-before-unscaling warning) */
+     * the loop's owner through em_grad_scaler_grads_scaled) */
     bool scaled_grads;
-    struct em_grad_scaler *next_live;   /* the list of live scalers */
 };
-
-/* Every live scaler, for em__grad_scaler_pending (not thread-safe: scalers
- * are made and freed by the training loop's thread). */
-static em_grad_scaler *live_scalers;
 
 static const char unscaled_twice[] = "unscale_() has already been called on this optimizer since the last update().";
 static const char unscale_after_step[] = "unscale_() is being called after step().";
@@ -86,41 +79,34 @@ em_grad_scaler *em_grad_scaler_new(const em_grad_scaler_opts *opts)
     s->growth_factor = growth;
     s->backoff_factor = backoff;
     s->growth_interval = interval;
-    s->next_live = live_scalers;
-    live_scalers = s;
     return s;
 }
 
-bool em__grad_scaler_pending(double *scale)
+bool em_grad_scaler_grads_scaled(const em_grad_scaler *s, double *scale)
 {
-    for (em_grad_scaler *s = live_scalers; s; s = s->next_live)
-        if (s->enabled && s->scaled_grads) {
-            if (scale) *scale = s->scale;
-            return true;
-        }
-    return false;
+    if (!s || !s->enabled || !s->scaled_grads) return false;
+    if (scale) *scale = s->scale;
+    return true;
 }
 
 void em_grad_scaler_free(em_grad_scaler *s)
 {
     if (!s) return;
-    for (em_grad_scaler **pp = &live_scalers; *pp; pp = &(*pp)->next_live)
-        if (*pp == s) { *pp = s->next_live; break; }
     em__free(s->opts);
     em__free(s);
 }
 
-static opt_state *find(const em_grad_scaler *s, const em_optimizer *opt)
+static opt_state *find(const em_grad_scaler *s, const void *key)
 {
     for (int i = 0; i < s->n_opts; i++)
-        if (s->opts[i].opt == opt) return &s->opts[i];
+        if (s->opts[i].key == key) return &s->opts[i];
     return NULL;
 }
 
-/* opt's record, made on first use (torch's defaultdict); NULL on OOM. */
-static opt_state *record(em_grad_scaler *s, const em_optimizer *opt)
+/* key's record, made on first use (torch's defaultdict); NULL on OOM. */
+static opt_state *record(em_grad_scaler *s, const void *key)
 {
-    opt_state *r = find(s, opt);
+    opt_state *r = find(s, key);
     if (r) return r;
     if (s->n_opts == s->cap_opts) {
         int cap = s->cap_opts ? 2 * s->cap_opts : 4;
@@ -130,7 +116,7 @@ static opt_state *record(em_grad_scaler *s, const em_optimizer *opt)
         s->cap_opts = cap;
     }
     r = &s->opts[s->n_opts++];
-    *r = (opt_state){.opt = opt};
+    *r = (opt_state){.key = key};
     return r;
 }
 
@@ -250,89 +236,72 @@ static em_status flush_device(dev_batch *b, float inv, bool *bad)
     return st;
 }
 
-em_status em_grad_scaler_unscale_(em_grad_scaler *s, em_optimizer *opt)
+em_status em_grad_scaler_unscale_grads(em_grad_scaler *s, const void *key, int n, em_tensor *const *grads)
 {
-    static const char op[] = "em_grad_scaler_unscale_";
-    if (!s || !opt) {
-        em__misuse(op, "the scaler and the optimizer must not be NULL");
+    static const char op[] = "em_grad_scaler_unscale_grads";
+    if (!s || !key || n < 0 || (n > 0 && !grads)) {
+        em__misuse(op, "the scaler, the key and the gradient array must be given (n = %d)", n);
         return EM_ERR_INVALID;
     }
     if (!s->enabled) return EM_OK;
-    opt_state *r = record(s, opt);
+    opt_state *r = record(s, key);
     if (!r) return em__fail(EM_ERR_OOM, "out of memory recording the optimizer's scaler state");
     if (r->stage == UNSCALED) { em__misuse(op, "%s", unscaled_twice); return EM_ERR_INVALID; }
     if (r->stage == STEPPED) { em__misuse(op, "%s", unscale_after_step); return EM_ERR_INVALID; }
 
     /* torch checks every gradient before touching any */
-    int ng = em_optimizer_num_groups(opt);
-    for (int g = 0; g < ng; g++) {
-        em_param_group grp = em_optimizer_group(opt, g);
-        for (int i = 0; i < grp.n_params; i++) {
-            em_tensor *gr = em_grad(grp.params[i]);
-            if (gr && gr->dtype == EM_F16) { em__misuse(op, "%s", fp16_grads); return EM_ERR_INVALID; }
-        }
+    int n_dev = 0;
+    for (int i = 0; i < n; i++) {
+        em_tensor *gr = grads[i];
+        if (gr && !em__live(gr, op)) return EM_ERR_INVALID;
+        if (gr && gr->dtype == EM_F16) { em__misuse(op, "%s", fp16_grads); return EM_ERR_INVALID; }
+        n_dev += gr && device_ok(gr);
     }
 
     float inv = (float)(1.0 / (double)s->scale);
     bool bad = false, seen = false;
     dev_batch db = {0};
-    int n_dev = 0;
-    for (int g = 0; g < ng; g++) {
-        em_param_group grp = em_optimizer_group(opt, g);
-        for (int i = 0; i < grp.n_params; i++) {
-            em_tensor *gr = em_grad(grp.params[i]);
-            n_dev += gr && device_ok(gr);
-        }
-    }
     if (n_dev && !(db.t = em__malloc(sizeof *db.t * (size_t)n_dev))) return EM_ERR_OOM;
     /* the current span: adjacent contiguous gradients of one storage */
     em_storage *sp_st = NULL;
     char *sp_p = NULL;
     int64_t sp_n = 0, sp_end = 0;
     em_dtype sp_dt = EM_F32;
-    for (int g = 0; g < ng; g++) {
-        em_param_group grp = em_optimizer_group(opt, g);
-        for (int i = 0; i < grp.n_params; i++) {
-            em_tensor *gr = em_grad(grp.params[i]);
-            if (!gr) continue;
-            seen = true;
-            if (!flat_ok(gr)) {
-                em_status st = EM_OK;
-                if (device_ok(gr)) {
-                    if (db.n && !em_device_eq(gr->device, db.dev)) st = flush_device(&db, inv, &bad);
-                    db.dev = gr->device;
-                    db.t[db.n++] = gr;
-                } else {
-                    st = unscale_by_ops(gr, inv, &bad);
-                }
-                if (st != EM_OK) {
-                    em__free(db.t);
-                    return st;
-                }
-                continue;
+    for (int i = 0; i < n; i++) {
+        em_tensor *gr = grads[i];
+        if (!gr) continue;
+        seen = true;
+        if (!flat_ok(gr)) {
+            em_status st = EM_OK;
+            if (device_ok(gr)) {
+                if (db.n && !em_device_eq(gr->device, db.dev)) st = flush_device(&db, inv, &bad);
+                db.dev = gr->device;
+                db.t[db.n++] = gr;
+            } else {
+                st = unscale_by_ops(gr, inv, &bad);
             }
-            if (sp_n && gr->storage == sp_st && gr->dtype == sp_dt && gr->offset == sp_end) {
-                sp_n += em_numel(gr);
-                sp_end += em_numel(gr);
-                continue;
+            if (st != EM_OK) {
+                em__free(db.t);
+                return st;
             }
-            if (sp_n) bad |= unscale_span(sp_p, sp_dt, sp_n, inv);
-            sp_st = gr->storage, sp_p = em_data_ptr(gr), sp_dt = gr->dtype;
-            sp_n = em_numel(gr), sp_end = gr->offset + sp_n;
+            continue;
         }
+        if (sp_n && gr->storage == sp_st && gr->dtype == sp_dt && gr->offset == sp_end) {
+            sp_n += em_numel(gr);
+            sp_end += em_numel(gr);
+            continue;
+        }
+        if (sp_n) bad |= unscale_span(sp_p, sp_dt, sp_n, inv);
+        sp_st = gr->storage, sp_p = em_data_ptr(gr), sp_dt = gr->dtype;
+        sp_n = em_numel(gr), sp_end = gr->offset + sp_n;
     }
     if (sp_n) bad |= unscale_span(sp_p, sp_dt, sp_n, inv);
     em_status dst = flush_device(&db, inv, &bad);
     em__free(db.t);
     if (dst != EM_OK) return dst;
     /* the gradients changed in place: a graph that saved one must notice */
-    for (int g = 0; g < ng; g++) {
-        em_param_group grp = em_optimizer_group(opt, g);
-        for (int i = 0; i < grp.n_params; i++) {
-            em_tensor *gr = em_grad(grp.params[i]);
-            if (gr) gr->storage->version++;
-        }
-    }
+    for (int i = 0; i < n; i++)
+        if (grads[i]) grads[i]->storage->version++;
     r->found_inf = bad ? 1.0f : 0.0f;
     r->checked = seen;
     r->stage = UNSCALED;
@@ -341,38 +310,37 @@ em_status em_grad_scaler_unscale_(em_grad_scaler *s, em_optimizer *opt)
 }
 
 /* ---- step and update ---------------------------------------------------------------------- */
-em_status em_grad_scaler_step(em_grad_scaler *s, em_optimizer *opt, bool *stepped)
+em_status em_grad_scaler_prepare_step(em_grad_scaler *s, const void *key, int n, em_tensor *const *grads, bool *step)
 {
-    static const char op[] = "em_grad_scaler_step";
-    if (stepped) *stepped = false;
-    if (!s || !opt) {
-        em__misuse(op, "the scaler and the optimizer must not be NULL");
+    static const char op[] = "em_grad_scaler_prepare_step";
+    if (step) *step = false;
+    if (!s || !key || !step) {
+        em__misuse(op, "the scaler, the key and step must not be NULL");
         return EM_ERR_INVALID;
     }
     if (!s->enabled) {
-        em_status st = em_optimizer_step(opt);
-        if (stepped) *stepped = st == EM_OK;
-        return st;
+        *step = true;
+        return EM_OK;
     }
-    opt_state *r = record(s, opt);
+    opt_state *r = record(s, key);
     if (!r) return em__fail(EM_ERR_OOM, "out of memory recording the optimizer's scaler state");
     if (r->stage == STEPPED) { em__misuse(op, "%s", stepped_twice); return EM_ERR_INVALID; }
     if (r->stage == READY) {
-        em_status st = em_grad_scaler_unscale_(s, opt);
+        em_status st = em_grad_scaler_unscale_grads(s, key, n, grads);
         if (st != EM_OK) return st;
-        r = find(s, opt);
+        r = find(s, key);
     }
     if (!r->checked) { em__misuse(op, "%s", no_checks_opt); return EM_ERR_INVALID; }
-    bool did = false;
-    if (r->found_inf == 0.0f) {
-        em_status st = em_optimizer_step(opt);
-        if (st != EM_OK) return st;
-        did = true;
-    }
+    *step = r->found_inf == 0.0f;
     r->stage = STEPPED;
-    r->last_skipped = !did;
-    if (stepped) *stepped = did;
+    r->last_skipped = !*step;
     return EM_OK;
+}
+
+bool em_grad_scaler_is_unscaled(const em_grad_scaler *s, const void *key)
+{
+    const opt_state *r = s ? find(s, key) : NULL;
+    return r && r->stage == UNSCALED;
 }
 
 static void forget_steps(em_grad_scaler *s)
@@ -424,22 +392,10 @@ void em_grad_scaler_update_to(em_grad_scaler *s, double new_scale)
     forget_steps(s);
 }
 
-em_status em_grad_scaler_clip_grad_norm(em_grad_scaler *s, em_optimizer *opt, double max_norm, double *total_norm)
-{
-    if (s && s->enabled && opt) {
-        opt_state *r = find(s, opt);
-        if (!r || r->stage != UNSCALED) {
-            em_status st = em_grad_scaler_unscale_(s, opt);
-            if (st != EM_OK) return st;
-        }
-    }
-    return em_optimizer_clip_grad_norm(opt, max_norm, NULL, total_norm);
-}
-
 /* ---- queries ---------------------------------------------------------------------------- */
-bool em_grad_scaler_step_was_skipped(const em_grad_scaler *s, const em_optimizer *opt)
+bool em_grad_scaler_step_was_skipped(const em_grad_scaler *s, const void *key)
 {
-    const opt_state *r = s ? find(s, opt) : NULL;
+    const opt_state *r = s ? find(s, key) : NULL;
     return r && r->last_skipped;
 }
 

@@ -16,6 +16,7 @@
 #include "distributed/ddp_internal.h"
 #include "distributed/pg_internal.h"
 #include "nn/nn_internal.h"
+#include "optim/optim_internal.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -24,6 +25,8 @@
 #include <strings.h>
 #include <stdio.h>
 #include <unistd.h>
+
+static void track_fp16(em_accelerator *acc, bool live);
 
 #define ACC_CHECK(cond, op, ret, ...) do { if (!(cond)) { em__misuse(op, __VA_ARGS__); return ret; } } while (0)
 
@@ -192,6 +195,7 @@ em_accelerator *em_accelerator_new(const em_accelerator_opts *opts)
     if (pick_device(acc, o.cpu, &acc->device) != EM_OK) goto fail;
     em__nn_set_process(acc->rank, acc->world);
     if (mp == EM_MP_FP16 && !(acc->scaler = em_grad_scaler_new(&o.scaler))) goto fail;
+    if (acc->scaler) track_fp16(acc, true);
     return acc;
 fail:
     em_accelerator_free(acc);
@@ -210,6 +214,7 @@ void em_accelerator_free(em_accelerator *acc)
     if (!acc) return;
     for (int i = acc->n_loaders - 1; i >= 0; i--) close_batch_scope(&acc->loaders[i]);
     for (int i = 0; i < acc->n_models; i++) em_ddp_free(acc->models[i].ddp);
+    if (acc->scaler) track_fp16(acc, false);
     em_grad_scaler_free(acc->scaler);
     if (acc->pg) em__nn_set_process(0, 1);
     em__free(acc->project_dir);
@@ -231,6 +236,30 @@ void em_accelerator_free_all(em_accelerator *acc)
     for (int i = 0; i < no; i++) em_optimizer_free(opts[i].opt);
     for (int i = 0; i < nl; i++) em_dataloader_free(loaders[i].dl);
     for (int i = 0; i < nm; i++) em_module_free(models[i].m);
+}
+
+/* ---- the fp16 loop's scaler -----------------------------------------------------------
+ * The GradScaler only scales (amp.h); scaler_step.c's wrappers hand it each
+ * optimizer's gradients and step the optimizer. The accelerator also owns the "clipping before unscaling" check: clip_grad_norm (optim)
+ * asks, through em__clip_scale_probe, whether a live fp16 accelerator's
+ * scaler has gradients that still carry the scale. */
+static em_accelerator *fp16_accs[EM__ACC_MAX];   /* the live fp16 accelerators (the loop's thread) */
+
+static bool scale_probe(double *scale)
+{
+    for (int i = 0; i < EM__ACC_MAX; i++)
+        if (fp16_accs[i] && em_grad_scaler_grads_scaled(fp16_accs[i]->scaler, scale)) return true;
+    return false;
+}
+
+static void track_fp16(em_accelerator *acc, bool live)
+{
+    for (int i = 0; i < EM__ACC_MAX; i++)
+        if (live ? !fp16_accs[i] : fp16_accs[i] == acc) {
+            fp16_accs[i] = live ? acc : NULL;
+            break;
+        }
+    em__clip_scale_probe = scale_probe;
 }
 
 /* ---- prepare ------------------------------------------------------------------- */

@@ -462,6 +462,24 @@ void em_accelerator_main_process_first_end(em_accelerator *acc);
 #define EM_MAIN_PROCESS_FIRST(acc) \
     for (int em__m_ = (em_accelerator_main_process_first_begin(acc), 0); !em__m_; em__m_ = (em_accelerator_main_process_first_end(acc), 1))
 
+/* ---- GradScaler with an optimizer --------------------------------------------------
+ * torch's scaler.unscale_(opt), scaler.step(opt) and the clip that follows
+ * an unscale, as thin wrappers over amp.h's tensor-level scaler: they live
+ * here, in the loop's layer, because they drive an optimizer and amp/ does
+ * not (amp.h "GradScaler"). The Accelerator uses them; a hand-written fp16
+ * loop may too (examples/05_mixed_precision.c). */
+/** em_grad_scaler_unscale_grads on opt's gradients (key: opt). Misuse when
+ * called twice, or after step, before update(). */
+em_status em_grad_scaler_unscale_(em_grad_scaler *s, em_optimizer *opt);
+/** em_grad_scaler_prepare_step on opt's gradients, then em_optimizer_step
+ * unless an inf or NaN was found; *stepped (may be NULL) tells whether it
+ * stepped: when it did not, do not step the LR scheduler either. The
+ * optimizer's own failure is returned. */
+em_status em_grad_scaler_step(em_grad_scaler *s, em_optimizer *opt, bool *stepped);
+/** Unscales opt's gradients (unless done since the last update) and clips
+ * them: em_optimizer_clip_grad_norm on true gradients. */
+em_status em_grad_scaler_clip_grad_norm(em_grad_scaler *s, em_optimizer *opt, double max_norm, double *total_norm);
+
 /* ---- progress and logging ------------------------------------------------------------
  * A tqdm-like progress bar and a JSONL scalar logger. Both act on the main
  * process only (acc NULL: this process counts as the main one); on the other

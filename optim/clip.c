@@ -8,13 +8,14 @@
  * count), then rounded where torch rounds. */
 #include "optim/optim_internal.h"
 #include "autograd/autograd.h"
-#include "amp/amp_internal.h"
 
 #include <math.h>
 
 enum { N_SQ, N_ABS, N_MAX, N_POW };
 #define CLIP_BLOCKS 1024
 #define CLIP_MIN_BLOCK 65536
+
+bool (*em__clip_scale_probe)(double *scale);
 
 /* a or b, NaN-propagating max */
 static inline double nanmax(double a, double b) { return (b > a || b != b) ? b : a; }
@@ -139,7 +140,7 @@ em_status em_clip_grad_norm(em_tensor *const *params, int n, double max_norm, co
      * fp16 loss scale compares max_norm with a norm `scale` times too big. */
     static bool warned_scaled;
     double scale;
-    if (em__grad_scaler_pending(&scale))
+    if (em__clip_scale_probe && em__clip_scale_probe(&scale))
         em__warn_once(&warned_scaled, op,
                       "the gradients still carry the fp16 loss scale (%g), so max_norm is compared with a norm "
                       "%g times too large; unscale first: em_grad_scaler_unscale_(scaler, opt) before clipping, or "

@@ -129,6 +129,12 @@ int em_optimizer_num_groups(const em_optimizer *opt);   /**< parameter groups (0
 /** Group g with its resolved hyperparameters; .params points into the
  * optimizer (valid until the next add_param_group or free). */
 em_param_group em_optimizer_group(const em_optimizer *opt, int g);
+/** The gradients of opt's parameters (em_grad of each; NULL where a parameter
+ * has none), group after group: a new array of *n borrowed pointers; free()
+ * it. For em_grad_scaler_unscale_grads / em_grad_scaler_prepare_step. NULL
+ * with *n = 0 for an optimizer without parameters; NULL with *n = -1 and
+ * EM_ERR_OOM recorded when the array cannot be allocated. */
+em_tensor **em_optimizer_grads(const em_optimizer *opt, int *n);
 double em_optimizer_lr(const em_optimizer *opt, int g);   /**< group g's current lr; misuse when g is out of range */
 void em_optimizer_set_lr(em_optimizer *opt, int g, double lr);   /**< sets group g's lr (finite, >= 0; misuse otherwise) */
 /** Updates of group g's i-th parameter so far: torch's state["step"] for AdamW

@@ -9,6 +9,7 @@
 #define em_optimizer_add_param_group(...) EM__AT(em_optimizer_add_param_group, __VA_ARGS__)
 #define em_optimizer_clip_grad_norm(...) EM__AT(em_optimizer_clip_grad_norm, __VA_ARGS__)
 #define em_optimizer_free(...) EM__AT(em_optimizer_free, __VA_ARGS__)
+#define em_optimizer_grads(...) EM__AT(em_optimizer_grads, __VA_ARGS__)
 #define em_optimizer_group(...) EM__AT(em_optimizer_group, __VA_ARGS__)
 #define em_optimizer_lr(...) EM__AT(em_optimizer_lr, __VA_ARGS__)
 #define em_optimizer_name(...) EM__AT(em_optimizer_name, __VA_ARGS__)

@@ -123,4 +123,10 @@ static inline bool em__opt_have_fma(void)
         }                                                                                           \
     } while (0)
 
+/* A hook from above (installed by distributed/'s Accelerator, which owns the
+ * loop's GradScaler): true when gradients about to be clipped may still carry
+ * an fp16 loss scale, *scale getting it; clip_grad_norm then warns once.
+ * NULL: no check. optim/ never calls amp/. */
+extern bool (*em__clip_scale_probe)(double *scale);
+
 #endif

@@ -366,6 +366,23 @@ em_param_group em_optimizer_group(const em_optimizer *o, int g)
                             .eps = G->eps};
 }
 
+em_tensor **em_optimizer_grads(const em_optimizer *o, int *n)
+{
+    *n = 0;
+    if (!o) return NULL;
+    int total = 0;
+    for (int g = 0; g < o->n_groups; g++) total += o->groups[g].n;
+    if (!total) return NULL;
+    em_tensor **out = em__malloc(sizeof *out * (size_t)total);
+    if (!out) {
+        *n = -1;
+        return NULL;
+    }
+    for (int g = 0; g < o->n_groups; g++)
+        for (int i = 0; i < o->groups[g].n; i++) out[(*n)++] = em_grad(o->groups[g].params[i]);
+    return out;
+}
+
 double em_optimizer_lr(const em_optimizer *o, int g)
 {
     const em__group *G = group_at(o, g, "em_optimizer_lr");

@@ -386,37 +386,35 @@ START_TEST(scaler_clip_unscales_first)
 }
 END_TEST
 
-/* Clipping before unscaling (issue 9's mistake): em_clip_grad_norm on
- * gradients that still carry the loss scale warns once, naming the fix; the
- * fixed order (unscale_, then clip) does not warn. */
-static double scaled_backward(em_grad_scaler *s, em_tensor *p)
-{
-    em_tensor *loss = em_sum(em_mul(p, em_full(EM_SHAPE(3), 3.0, EM_F32, EM_CPU)), 0, NULL, false);   /* dloss/dp = 3 */
-    em_backward(em_grad_scaler_scale(s, loss));
-    return em_get(em_grad(p), (int64_t[]){0});
-}
+/* Clipping before unscaling is the Accelerator's to catch (it owns the
+ * loop's scaler; amp/ only scales): em_clip_grad_norm on gradients that an
+ * fp16 accelerator's backward scaled warns once, naming the scale. */
 START_TEST(scaler_warns_clip_before_unscale)
 {
     em_scope_begin();
     em_tensor *p = em_requires_grad_(em_ones(EM_SHAPE(3), EM_F32, EM_CPU), true);
     em_optimizer *opt = em_sgd_new(&p, 1, &(em_sgd_opts){.lr = 0.5});
-    em_grad_scaler *s = em_grad_scaler_new(&(em_grad_scaler_opts){.init_scale = 1024});
+    em_accelerator *acc = em_accelerator_new(&(em_accelerator_opts){.mixed_precision = EM_MP_FP16, .cpu = true,
+                                                                    .scaler = {.init_scale = 1024}});
+    ck_assert_int_eq(em_accelerator_prepare_optimizer(acc, opt), EM_OK);
     double total;
-    /* the right order: no warning, the true norm */
-    ck_assert(scaled_backward(s, p) == 3.0 * 1024);
-    ck_assert_int_eq(em_grad_scaler_unscale_(s, opt), EM_OK);
+    em_tensor *loss = NULL;
+    /* the right order: the accelerator's clip unscales first; no warning, the true norm */
+    EM_AUTOCAST(acc) { loss = em_mul_scalar(em_sum(p, 0, NULL, false), 3.0); }   /* d loss / dp = 3 */
+    ck_assert_int_eq(em_accelerator_backward(acc, loss), EM_OK);
+    ck_assert(em_get(em_grad(p), (int64_t[]){0}) == 3.0 * 1024);
     ck_assert_int_eq(tu_capture_stderr_begin(), 0);
-    ck_assert_int_eq(em_clip_grad_norm(&p, 1, 100.0, NULL, &total), EM_OK);
+    total = em_accelerator_clip_grad_norm(acc, NULL, 100.0);
     char *err = tu_capture_stderr_end();
     ck_assert_ptr_nonnull(err);
     ck_assert_int_eq(tu_count_of(err, "ember: warning:"), 0);
     free(err);
     ck_assert_double_eq_tol(total, 3.0 * sqrt(3.0), 1e-5);
-    ck_assert_int_eq(em_grad_scaler_step(s, opt, NULL), EM_OK);
-    em_grad_scaler_update(s);
-    em_optimizer_zero_grad(opt);
+    ck_assert_int_eq(em_accelerator_optimizer_step(acc, opt), EM_OK);
+    em_accelerator_optimizer_zero_grad(acc, opt);
     /* the mistake: clip straight after the scaled backward, twice */
-    scaled_backward(s, p);
+    EM_AUTOCAST(acc) { loss = em_mul_scalar(em_sum(p, 0, NULL, false), 3.0); }   /* d loss / dp = 3 */
+    ck_assert_int_eq(em_accelerator_backward(acc, loss), EM_OK);
     ck_assert_int_eq(tu_capture_stderr_begin(), 0);
     ck_assert_int_eq(em_clip_grad_norm(&p, 1, 100.0, NULL, &total), EM_OK);
     double first = total;
@@ -430,8 +428,8 @@ START_TEST(scaler_warns_clip_before_unscale)
     free(err);
     /* what the warning is about: the scaled norm, 1024x the true one, was clipped */
     ck_assert_double_eq_tol(first, 1024 * 3.0 * sqrt(3.0), 1e-2);
+    em_accelerator_free(acc);
     em_optimizer_free(opt);
-    em_grad_scaler_free(s);
     em_scope_end();
 }
 END_TEST
