@@ -227,7 +227,10 @@ static em_module *build(const void *cfg, em__head head)
         em_bert_model *b = model_build(cfg);
         if (b) m = &b->base;
     }
-    if (m) em__hf_init(m, em_bert_config_resolve(cfg).initializer_range);
+    if (m) {
+        em__hf_init(m, em_bert_config_resolve(cfg).initializer_range);
+        m->family = &em__bert_arch, m->family_head = head;   /* what save_pretrained and em_seqcls_* read */
+    }
     return m;
 }
 
@@ -412,6 +415,31 @@ static bool write(cJSON *j, const em_module *m)
     return ok;
 }
 
+static int *config_labels(void *cfg) { return &((em_bert_config *)cfg)->num_labels; }
+
+/* f32 parameter count by part, named with this config's fields */
+static void size(const void *cfg, int num_labels, em__arch_size *out)
+{
+    const em_bert_config *c = cfg;
+    em__encoder_size((double)c->vocab_size, (double)(c->max_position_embeddings + c->type_vocab_size),
+                     (double)c->hidden_size, (double)c->intermediate_size, (double)c->num_hidden_layers, num_labels, out);
+    out->emb_fields = "vocab_size %.0f x hidden_size %.0f";
+    out->layer_fields = "num_hidden_layers %.0f x %.3g parameters each (hidden_size %.0f, intermediate_size %.0f)";
+}
+
+static void seqcls_view(em_module *m, em__seqcls_view *out)
+{
+    em_bert_seqcls *s = (em_bert_seqcls *)m;
+    *out = (em__seqcls_view){.num_labels = &s->config.num_labels, .id2label = &s->id2label,
+                             .problem_type = &s->config.problem_type, .vocab_size = s->config.vocab_size,
+                             .max_position_embeddings = s->config.max_position_embeddings};
+}
+
+static em_seqcls_output seqcls_forward(em_module *m, const em_seqcls_inputs *in)
+{
+    return em_bert_seqcls_forward((em_bert_seqcls *)m, in);
+}
+
 const em__arch em__bert_arch = {
     .model_type = "bert",
     .prefix = "bert",
@@ -421,4 +449,9 @@ const em__arch em__bert_arch = {
     .write = write,
     .build = build,
     .config_of = config_of,
+    .class_prefix = "Bert",
+    .config_labels = config_labels,
+    .size = size,
+    .seqcls_view = seqcls_view,
+    .seqcls_forward = seqcls_forward,
 };

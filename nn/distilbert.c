@@ -169,7 +169,10 @@ static em_module *build(const void *cfg, em__head head)
         em_distilbert_model *b = model_build(cfg);
         if (b) m = &b->base;
     }
-    if (m) em__hf_init(m, em_distilbert_config_resolve(cfg).initializer_range);
+    if (m) {
+        em__hf_init(m, em_distilbert_config_resolve(cfg).initializer_range);
+        m->family = &em__distilbert_arch, m->family_head = head;   /* what save_pretrained and em_seqcls_* read */
+    }
     return m;
 }
 
@@ -244,49 +247,6 @@ em_seqcls_output em_distilbert_seqcls_forward(em_distilbert_seqcls *m, const em_
     return out;
 }
 
-/* ---- the sequence-classification loss (DistilBERT and BERT) ---------------------------------------- */
-
-em_tensor *em__seqcls_loss(em_tensor *logits, em_tensor *labels, int num_labels, em_problem_type *pt, const char *op)
-{
-    EM_PROPAGATE_NULL(logits, labels);
-    bool int_labels = labels->dtype == EM_I64 || labels->dtype == EM_I32;
-    if (*pt == EM_PROBLEM_AUTO)   /* inferred once and kept, as HF writes config.problem_type */
-        *pt = num_labels == 1 ? EM_PROBLEM_REGRESSION : int_labels ? EM_PROBLEM_SINGLE_LABEL : EM_PROBLEM_MULTI_LABEL;
-    int64_t B = logits->shape[0];
-    em_tensor *r = NULL;
-    em_scope_begin();
-    switch (*pt) {
-    case EM_PROBLEM_REGRESSION:
-        if (num_labels == 1) {   /* MSELoss(logits.squeeze(), labels.squeeze()) */
-            if (em_numel(labels) != B) {
-                em__misuse(op, "regression labels %s do not match the %lld logits", em__shape_str(labels), (long long)B);
-                break;
-            }
-            r = em_mse_loss(em_reshape(logits, 1, (int64_t[]){-1}),
-                            em_reshape(em_to_dtype(labels, logits->dtype), 1, (int64_t[]){-1}), EM_REDUCE_MEAN);
-        } else {
-            r = em_mse_loss(logits, em_to_dtype(labels, logits->dtype), EM_REDUCE_MEAN);
-        }
-        break;
-    case EM_PROBLEM_SINGLE_LABEL:
-        if (!int_labels || em_numel(labels) != B) {
-            em__misuse(op, "single-label classification needs i64/i32 labels with one per row (%lld), got %s %s",
-                       (long long)B, em_dtype_name(labels->dtype), em__shape_str(labels));
-            break;
-        }
-        r = em_cross_entropy_loss(em_view(logits, 2, (int64_t[]){-1, num_labels}),
-                                  em_reshape(labels, 1, (int64_t[]){-1}), NULL);
-        break;
-    case EM_PROBLEM_MULTI_LABEL:
-        r = em_bce_with_logits_loss(logits, em_to_dtype(labels, logits->dtype), EM_REDUCE_MEAN);
-        break;
-    default:
-        em__misuse(op, "unknown problem_type %d", (int)*pt);
-    }
-    if (r) em_keep(r);
-    em_scope_end();
-    return r;
-}
 
 /* ---- config.json ------------------------------------------------------------------------------------ */
 
@@ -358,6 +318,31 @@ static const void *config_of(const em_module *m)
     return &((const em_distilbert_seqcls *)m)->config;
 }
 
+static int *config_labels(void *cfg) { return &((em_distilbert_config *)cfg)->num_labels; }
+
+/* f32 parameter count by part, named with this config's fields */
+static void size(const void *cfg, int num_labels, em__arch_size *out)
+{
+    const em_distilbert_config *c = cfg;
+    em__encoder_size((double)c->vocab_size, (double)c->max_position_embeddings, (double)c->dim,
+                     (double)c->hidden_dim, (double)c->n_layers, num_labels, out);
+    out->emb_fields = "vocab_size %.0f x dim %.0f";
+    out->layer_fields = "n_layers %.0f x %.3g parameters each (dim %.0f, hidden_dim %.0f)";
+}
+
+static void seqcls_view(em_module *m, em__seqcls_view *out)
+{
+    em_distilbert_seqcls *s = (em_distilbert_seqcls *)m;
+    *out = (em__seqcls_view){.num_labels = &s->config.num_labels, .id2label = &s->id2label,
+                             .problem_type = &s->config.problem_type, .vocab_size = s->config.vocab_size,
+                             .max_position_embeddings = s->config.max_position_embeddings};
+}
+
+static em_seqcls_output seqcls_forward(em_module *m, const em_seqcls_inputs *in)
+{
+    return em_distilbert_seqcls_forward((em_distilbert_seqcls *)m, in);
+}
+
 const em__arch em__distilbert_arch = {
     .model_type = "distilbert",
     .prefix = "distilbert",
@@ -367,4 +352,9 @@ const em__arch em__distilbert_arch = {
     .write = write,
     .build = build,
     .config_of = config_of,
+    .class_prefix = "DistilBert",
+    .config_labels = config_labels,
+    .size = size,
+    .seqcls_view = seqcls_view,
+    .seqcls_forward = seqcls_forward,
 };

@@ -54,6 +54,10 @@ struct em_module {
     /** One-input forward (em_module_forward), set by the layers that have one and by
      * Sequential; a module of your own may set it after em_module_init. NULL: none. */
     em_tensor *(*forward)(em_module *m, em_tensor *x);
+    /** Internal: the model family that built this model (nn/families.c) and
+     * its head; NULL and 0 for every other module. */
+    const void *family;
+    int family_head;   /**< internal: see family */
 };
 
 /* ---- building a module ---------------------------------------------------------- */

@@ -80,6 +80,22 @@ void em__hf_init(em_module *m, double std);
 /* ---- architectures (pretrained.c drives them) ------------------------------------------ */
 typedef enum em__head { EM__HEAD_BASE = 0, EM__HEAD_SEQCLS } em__head;
 
+/* A model's parameter count by part (emb: embeddings; layer: one encoder
+ * layer; head: pooler/classifier), and the config fields that set them, as
+ * printf formats for the message: "%.0f" of (vocab, hidden) and of
+ * (layers, per-layer count, hidden, intermediate). */
+typedef struct em__arch_size {
+    double emb, layer, layers, head, hidden, intermediate, vocab;
+    const char *emb_fields, *layer_fields;
+} em__arch_size;
+/* A sequence classifier's label state (pointers into the model) and sizes. */
+typedef struct em__seqcls_view {
+    int *num_labels;
+    char ***id2label;
+    em_problem_type *problem_type;
+    int64_t vocab_size, max_position_embeddings;
+} em__seqcls_view;
+
 /* One model family: how to read and write its config.json, and build it. */
 typedef struct em__arch {
     const char *model_type;     /* "distilbert" */
@@ -95,10 +111,36 @@ typedef struct em__arch {
     em_module *(*build)(const void *cfg, em__head head);
     /* The resolved config of a model of this family. */
     const void *(*config_of)(const em_module *m);
+    /* The prefix of its class names in config.json's "architectures" (a
+     * config without model_type): "DistilBert". */
+    const char *class_prefix;
+    /* The num_labels field of a config (config_size bytes) of this family. */
+    int *(*config_labels)(void *cfg);
+    /* The parameter count of cfg's model, by part, with the config's own
+     * field names, for refusing a config too large before any allocation. */
+    void (*size)(const void *cfg, int num_labels, em__arch_size *out);
+    /* The label state and sizes of a sequence classifier of this family. */
+    void (*seqcls_view)(em_module *m, em__seqcls_view *out);
+    em_seqcls_output (*seqcls_forward)(em_module *m, const em_seqcls_inputs *in);
 } em__arch;
 
+/* The families (each defined in its own file); nn/families.c lists them in
+ * the order config.json's "architectures" hint is matched ("DistilBert"
+ * before "Bert"): a new family is one file and one row there. */
 extern const em__arch em__distilbert_arch, em__bert_arch;
-/* The family and head of a model built by ember, or NULL. */
+/* The families a loader chooses from (nn/families.c holds the registry and
+ * passes it, so pretrained.c names no family). */
+typedef struct em__families {
+    const em__arch *const *archs;
+    int n;
+} em__families;
+/* The loader behind every *_from_pretrained: config.json's model_type (or
+ * its "architectures" hint) picks a family of `families`; want_arch NULL
+ * accepts any of them (em_seqcls_from_pretrained), else another model_type
+ * is EM_ERR_INVALID. */
+em_status em__from_pretrained(const em__families *families, const char *dir, const em_pretrained_opts *opts,
+                              const em__arch *want_arch, em__head head, em_module **out, em_load_report *report);
+/* The family and head of a model built by ember (em_module.family), or NULL. */
 const em__arch *em__arch_of(const em_module *m, em__head *head);
 /* m's config.json as one line of JSON, without problem_type (which the first
  * loss sets), or NULL for a module of no known family (cJSON_free it): the
@@ -113,6 +155,13 @@ em_status em__json_bool(const cJSON *j, const char *path, const char *key, bool 
 em_status em__json_activation(const cJSON *j, const char *path, const char *key, em_activation *out);
 /* num_labels from id2label (its size) or num_labels; problem_type. */
 em_status em__json_labels(const cJSON *j, const char *path, int *num_labels, em_problem_type *pt);
+/* An encoder's f32 parameter count into out (emb, layer, head and the
+ * sizes; the field names are the caller's): positions counts every row of
+ * the position and token-type embeddings. */
+void em__encoder_size(double vocab, double positions, double hidden, double intermediate, double layers,
+                      int num_labels, em__arch_size *out);
+/* config.json's problem_type names, by em_problem_type (index 0, auto: NULL). */
+extern const char *const em__problem_names[4];
 
 /* ---- the shared sequence-classification loss ------------------------------------------ */
 /* HF's loss selection: problem_type (resolved and stored on first use from

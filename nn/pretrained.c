@@ -19,8 +19,6 @@
 static void json_hooks(void) { cJSON_InitHooks(&(cJSON_Hooks){.malloc_fn = em__malloc, .free_fn = em__free}); }
 static pthread_once_t json_once = PTHREAD_ONCE_INIT;
 
-static const em__arch *const archs[] = {&em__distilbert_arch, &em__bert_arch};
-#define N_ARCHS (int)(sizeof archs / sizeof *archs)
 
 
 static char *path_join(const char *dir, const char *name)
@@ -29,79 +27,6 @@ static char *path_join(const char *dir, const char *name)
     char *p = em__malloc(n);
     if (p) snprintf(p, n, "%s/%s", dir, name);
     return p;
-}
-
-/* ---- JSON field readers (nn_internal.h) --------------------------------------------------- */
-
-em_status em__json_int(const cJSON *j, const char *path, const char *key, int64_t lo, int64_t *out)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
-    if (!v) return EM_OK;
-    double d = cJSON_IsNumber(v) ? v->valuedouble : -1e300;
-    if (!cJSON_IsNumber(v) || d != (double)(int64_t)d || d < (double)lo || d > 9e15)
-        return em__fail(EM_ERR_FORMAT, "%s: field \"%s\" must be an integer >= %lld", path, key, (long long)lo);
-    *out = (int64_t)d;
-    return EM_OK;
-}
-
-em_status em__json_num(const cJSON *j, const char *path, const char *key, double lo, double hi, double *out)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
-    if (!v) return EM_OK;
-    if (!cJSON_IsNumber(v) || !(v->valuedouble >= lo && v->valuedouble <= hi))
-        return em__fail(EM_ERR_FORMAT, "%s: field \"%s\" must be a number in [%g, %g]", path, key, lo, hi);
-    *out = v->valuedouble;
-    return EM_OK;
-}
-
-em_status em__json_bool(const cJSON *j, const char *path, const char *key, bool *out)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
-    if (!v) return EM_OK;
-    if (!cJSON_IsBool(v)) return em__fail(EM_ERR_FORMAT, "%s: field \"%s\" must be true or false", path, key);
-    *out = cJSON_IsTrue(v);
-    return EM_OK;
-}
-
-em_status em__json_activation(const cJSON *j, const char *path, const char *key, em_activation *out)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
-    if (!v) return EM_OK;
-    if (!cJSON_IsString(v)) return em__fail(EM_ERR_FORMAT, "%s: field \"%s\" must be a string", path, key);
-    if (!em__activation_parse(v->valuestring, out))
-        return em__fail(EM_ERR_UNSUPPORTED,
-                        "%s: %s \"%s\" is not supported (gelu, relu, gelu_new, gelu_pytorch_tanh, silu, swish, tanh)",
-                        path, key, v->valuestring);
-    return EM_OK;
-}
-
-static const char *const problem_names[] = {NULL, "regression", "single_label_classification",
-                                            "multi_label_classification"};
-
-em_status em__json_labels(const cJSON *j, const char *path, int *num_labels, em_problem_type *pt)
-{
-    const cJSON *id2 = cJSON_GetObjectItemCaseSensitive(j, "id2label");
-    int64_t n = *num_labels;
-    if (id2 && !cJSON_IsNull(id2)) {
-        if (!cJSON_IsObject(id2) || cJSON_GetArraySize(id2) < 1)
-            return em__fail(EM_ERR_FORMAT, "%s: field \"id2label\" must be a non-empty object", path);
-        n = cJSON_GetArraySize(id2);
-    } else {
-        em_status s = em__json_int(j, path, "num_labels", 1, &n);
-        if (s) return s;
-    }
-    if (n > 1 << 24) return em__fail(EM_ERR_FORMAT, "%s: %lld labels is too many", path, (long long)n);
-    *num_labels = (int)n;
-    const cJSON *p = cJSON_GetObjectItemCaseSensitive(j, "problem_type");
-    *pt = EM_PROBLEM_AUTO;
-    if (p && !cJSON_IsNull(p)) {
-        for (int i = 1; i < 4; i++)
-            if (cJSON_IsString(p) && !strcmp(p->valuestring, problem_names[i])) *pt = (em_problem_type)i;
-        if (*pt == EM_PROBLEM_AUTO)
-            return em__fail(EM_ERR_FORMAT, "%s: field \"problem_type\" must be null, \"regression\", "
-                            "\"single_label_classification\" or \"multi_label_classification\"", path);
-    }
-    return EM_OK;
 }
 
 /* Label names from id2label in id order, or NULL (absent, or not 0..n-1). */
@@ -212,24 +137,36 @@ static em_status read_json(const char *path, cJSON **out)
     return s;
 }
 
+/* "\"distilbert\" or \"bert\"": the registered model types, for messages. */
+static const char *known_types(const em__families *f)
+{
+    static _Thread_local char buf[256];
+    size_t n = 0;
+    for (int i = 0; i < f->n && n < sizeof buf; i++)
+        n += (size_t)snprintf(buf + n, sizeof buf - n, "%s\"%s\"", i == 0 ? "" : i == f->n - 1 ? " or " : ", ",
+                              f->archs[i]->model_type);
+    return buf;
+}
+
 /* The family config.json names (model_type, else an architectures hint). */
-static em_status find_arch(const cJSON *j, const char *path, const em__arch **out)
+static em_status find_arch(const em__families *f, const cJSON *j, const char *path, const em__arch **out)
 {
     const cJSON *mt = cJSON_GetObjectItemCaseSensitive(j, "model_type");
     if (mt && !cJSON_IsString(mt)) return em__fail(EM_ERR_FORMAT, "%s: field \"model_type\" must be a string", path);
     if (mt) {
-        for (int i = 0; i < N_ARCHS; i++)
-            if (!strcmp(mt->valuestring, archs[i]->model_type)) return *out = archs[i], EM_OK;
-        return em__fail(EM_ERR_UNSUPPORTED, "%s: unknown model_type \"%s\" (ember knows \"distilbert\" and \"bert\")",
-                        path, mt->valuestring);
+        for (int i = 0; i < f->n; i++)
+            if (!strcmp(mt->valuestring, f->archs[i]->model_type)) return *out = f->archs[i], EM_OK;
+        return em__fail(EM_ERR_UNSUPPORTED, "%s: unknown model_type \"%s\" (ember knows %s)", path, mt->valuestring,
+                        known_types(f));
     }
     const cJSON *ar = cJSON_GetObjectItemCaseSensitive(j, "architectures"), *a;
     cJSON_ArrayForEach(a, ar) {
         if (!cJSON_IsString(a)) continue;
-        if (!strncmp(a->valuestring, "DistilBert", 10)) return *out = &em__distilbert_arch, EM_OK;
-        if (!strncmp(a->valuestring, "Bert", 4)) return *out = &em__bert_arch, EM_OK;
+        for (int i = 0; i < f->n; i++)
+            if (!strncmp(a->valuestring, f->archs[i]->class_prefix, strlen(f->archs[i]->class_prefix)))
+                return *out = f->archs[i], EM_OK;
     }
-    return em__fail(EM_ERR_FORMAT, "%s: no \"model_type\" field (expected \"distilbert\" or \"bert\")", path);
+    return em__fail(EM_ERR_FORMAT, "%s: no \"model_type\" field (expected %s)", path, known_types(f));
 }
 
 /* ---- the tensors of a checkpoint ------------------------------------------------------------- */
@@ -399,13 +336,8 @@ void em_load_report_print(const em_load_report *r, FILE *f)
 
 const em__arch *em__arch_of(const em_module *m, em__head *head)
 {
-    for (int i = 0; i < N_ARCHS; i++)
-        for (int h = 0; h < 2; h++)
-            if (!strcmp(m->type, archs[i]->class_name[h])) {
-                if (head) *head = (em__head)h;
-                return archs[i];
-            }
-    return NULL;
+    if (head) *head = (em__head)m->family_head;
+    return m->family;
 }
 
 /* The model's name for a checkpoint key, in buf: old "gamma"/"beta"
@@ -517,19 +449,22 @@ static em_status load_state(em_module *m, const em__arch *arch, em__head head, c
     return s;
 }
 
-static char ***labels_slot(em_module *m, int **n)
+/* The family of a sequence classifier (and its label state in *v), or NULL. */
+static const em__arch *seqcls_arch(const em_module *m, em__seqcls_view *v)
 {
     em__head head;
-    const em__arch *a = em__arch_of(m, &head);
+    const em__arch *a = m ? em__arch_of(m, &head) : NULL;
     if (!a || head != EM__HEAD_SEQCLS) return NULL;
-    if (a == &em__distilbert_arch) {
-        em_distilbert_seqcls *s = (em_distilbert_seqcls *)m;
-        *n = &s->config.num_labels;
-        return &s->id2label;
-    }
-    em_bert_seqcls *s = (em_bert_seqcls *)m;
-    *n = &s->config.num_labels;
-    return &s->id2label;
+    if (v) a->seqcls_view((em_module *)m, v);
+    return a;
+}
+
+static char ***labels_slot(em_module *m, int **n)
+{
+    em__seqcls_view v;
+    if (!seqcls_arch(m, &v)) return NULL;
+    *n = v.num_labels;
+    return v.id2label;
 }
 
 /* The model a config describes must fit before anything is allocated: its
@@ -539,24 +474,9 @@ static char ***labels_slot(em_module *m, int **n)
  * fields, instead of crashing or allocating for minutes. */
 static em_status check_model_size(const em__arch *arch, const void *cfg, int num_labels, const char *path)
 {
-    double V, H, I, L, P, T = 0, emb, layer, head;
-    const char *names, *layer_names;   /* the config's own field names, for the message */
-    if (arch == &em__distilbert_arch) {
-        const em_distilbert_config *c = cfg;
-        V = (double)c->vocab_size, H = (double)c->dim, I = (double)c->hidden_dim, L = (double)c->n_layers;
-        P = (double)c->max_position_embeddings;
-        names = "vocab_size %.0f x dim %.0f";
-        layer_names = "n_layers %.0f x %.3g parameters each (dim %.0f, hidden_dim %.0f)";
-    } else {
-        const em_bert_config *c = cfg;
-        V = (double)c->vocab_size, H = (double)c->hidden_size, I = (double)c->intermediate_size;
-        L = (double)c->num_hidden_layers, P = (double)c->max_position_embeddings, T = (double)c->type_vocab_size;
-        names = "vocab_size %.0f x hidden_size %.0f";
-        layer_names = "num_hidden_layers %.0f x %.3g parameters each (hidden_size %.0f, intermediate_size %.0f)";
-    }
-    emb = (V + P + T) * H + 2 * H;
-    layer = 4 * (H * H + H) + 2 * H * I + I + H + 4 * H;
-    head = H * H + H + H * (double)num_labels + (double)num_labels;
+    em__arch_size z;
+    arch->size(cfg, num_labels, &z);
+    double emb = z.emb, layer = z.layer, L = z.layers, head = z.head;
     double params = emb + L * layer + head, bytes = 4 * params;
     double limit = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGE_SIZE);
     const char *limit_name = "the memory of this machine";
@@ -569,16 +489,17 @@ static em_status check_model_size(const em__arch *arch, const void *cfg, int num
     }
     if (bytes <= limit) return EM_OK;
     char part[160];
-    if (emb >= L * layer) snprintf(part, sizeof part, names, V, H);
-    else snprintf(part, sizeof part, layer_names, L, layer, H, I);
+    if (emb >= L * layer) snprintf(part, sizeof part, z.emb_fields, z.vocab, z.hidden);
+    else snprintf(part, sizeof part, z.layer_fields, L, layer, z.hidden, z.intermediate);
     return em__fail(EM_ERR_INVALID,
                     "%s: the model this config describes has %.3g parameters (%.3g GB in f32), more than %s (%.3g GB); "
                     "the largest part: %s. Check those fields (or set EMBER_MAX_MODEL_BYTES)",
                     path, params, bytes / 1e9, limit_name, limit / 1e9, part);
 }
 
-/* The shared loader: want_arch NULL accepts any family. */
-static em_status from_pretrained(const char *dir, const em_pretrained_opts *opts, const em__arch *want_arch,
+/* The shared loader (nn_internal.h). */
+em_status em__from_pretrained(const em__families *families, const char *dir, const em_pretrained_opts *opts,
+                              const em__arch *want_arch,
                                  em__head head, em_module **out, em_load_report *report)
 {
     em_pretrained_opts o = opts ? *opts : (em_pretrained_opts){0};
@@ -601,23 +522,17 @@ static em_status from_pretrained(const char *dir, const em_pretrained_opts *opts
     ckpt c = {0};
     em_load_report r = {0};
     em_status s = read_json(cfg_path, &j);
-    if (!s) s = find_arch(j, cfg_path, &arch);
+    if (!s) s = find_arch(families, j, cfg_path, &arch);
     if (!s && want_arch && arch != want_arch)
         s = em__fail(EM_ERR_INVALID, "%s: model_type is \"%s\", not \"%s\" (em_seqcls_from_pretrained loads either)",
                      cfg_path, arch->model_type, want_arch->model_type);
     if (!s && !(cfg = em__calloc(1, arch->config_size))) s = em__fail(EM_ERR_OOM, "out of memory");
     if (!s) s = arch->parse(j, cfg_path, cfg);
     int cfg_labels = 0;
-    if (!s) {   /* num_labels sits at the same place in neither config: set it through the resolved copy */
-        if (arch == &em__distilbert_arch) {
-            em_distilbert_config *dc = cfg;
-            cfg_labels = dc->num_labels;
-            if (o.num_labels) dc->num_labels = o.num_labels;
-        } else {
-            em_bert_config *bc = cfg;
-            cfg_labels = bc->num_labels;
-            if (o.num_labels) bc->num_labels = o.num_labels;
-        }
+    if (!s) {   /* num_labels: the family says where its config keeps it */
+        int *nl = arch->config_labels(cfg);
+        cfg_labels = *nl;
+        if (o.num_labels) *nl = o.num_labels;
     }
     if (!s) s = check_model_size(arch, cfg, o.num_labels ? o.num_labels : cfg_labels, cfg_path);
     if (!s) s = ckpt_open(dir, &c);
@@ -645,44 +560,16 @@ static em_status from_pretrained(const char *dir, const em_pretrained_opts *opts
     return EM_OK;
 }
 
-em_status em_seqcls_from_pretrained(const char *dir, const em_pretrained_opts *opts, em_module **out,
-                                    em_load_report *report)
-{
-    return from_pretrained(dir, opts, NULL, EM__HEAD_SEQCLS, out, report);
-}
-em_status em_distilbert_seqcls_from_pretrained(const char *dir, const em_pretrained_opts *opts,
-                                               em_distilbert_seqcls **out, em_load_report *report)
-{
-    return from_pretrained(dir, opts, &em__distilbert_arch, EM__HEAD_SEQCLS, (em_module **)out, report);
-}
-em_status em_distilbert_model_from_pretrained(const char *dir, const em_pretrained_opts *opts,
-                                              em_distilbert_model **out, em_load_report *report)
-{
-    return from_pretrained(dir, opts, &em__distilbert_arch, EM__HEAD_BASE, (em_module **)out, report);
-}
-em_status em_bert_seqcls_from_pretrained(const char *dir, const em_pretrained_opts *opts, em_bert_seqcls **out,
-                                         em_load_report *report)
-{
-    return from_pretrained(dir, opts, &em__bert_arch, EM__HEAD_SEQCLS, (em_module **)out, report);
-}
-em_status em_bert_model_from_pretrained(const char *dir, const em_pretrained_opts *opts, em_bert_model **out,
-                                        em_load_report *report)
-{
-    return from_pretrained(dir, opts, &em__bert_arch, EM__HEAD_BASE, (em_module **)out, report);
-}
-
 /* ---- sequence classifiers, either family ------------------------------------------------------------ */
 
 em_seqcls_output em_seqcls_forward(em_module *m, const em_seqcls_inputs *in)
 {
-    em__head head;
-    const em__arch *a = em__arch_of(m, &head);
-    if (!a || head != EM__HEAD_SEQCLS) {
-        em__misuse("em_seqcls_forward", "module of type %s is not a sequence classifier", m->type);
+    const em__arch *a = seqcls_arch(m, NULL);
+    if (!a) {
+        em__misuse("em_seqcls_forward", "module of type %s is not a sequence classifier", m ? m->type : "NULL");
         return (em_seqcls_output){0};
     }
-    if (a == &em__distilbert_arch) return em_distilbert_seqcls_forward((em_distilbert_seqcls *)m, in);
-    return em_bert_seqcls_forward((em_bert_seqcls *)m, in);
+    return a->seqcls_forward(m, in);
 }
 
 int em_seqcls_num_labels(const em_module *m)
@@ -693,22 +580,10 @@ int em_seqcls_num_labels(const em_module *m)
 
 em_seqcls_info em_seqcls_get_info(const em_module *m)
 {
-    em_seqcls_info info = {0};
-    em__head head;
-    const em__arch *a = m ? em__arch_of((em_module *)m, &head) : NULL;
-    if (!a || head != EM__HEAD_SEQCLS) return info;
-    if (a == &em__distilbert_arch) {
-        const em_distilbert_seqcls *s = (const em_distilbert_seqcls *)m;
-        info = (em_seqcls_info){.vocab_size = s->config.vocab_size,
-                                .max_position_embeddings = s->config.max_position_embeddings,
-                                .num_labels = s->config.num_labels, .id2label = (const char *const *)s->id2label};
-    } else {
-        const em_bert_seqcls *s = (const em_bert_seqcls *)m;
-        info = (em_seqcls_info){.vocab_size = s->config.vocab_size,
-                                .max_position_embeddings = s->config.max_position_embeddings,
-                                .num_labels = s->config.num_labels, .id2label = (const char *const *)s->id2label};
-    }
-    return info;
+    em__seqcls_view v;
+    if (!seqcls_arch(m, &v)) return (em_seqcls_info){0};
+    return (em_seqcls_info){.vocab_size = v.vocab_size, .max_position_embeddings = v.max_position_embeddings,
+                            .num_labels = *v.num_labels, .id2label = (const char *const *)*v.id2label};
 }
 
 bool em_seqcls_is_head_param(const char *name)
@@ -773,8 +648,9 @@ static cJSON *config_json(const em_module *m, const em__arch *a, em__head head)
     bool ok = arr && cJSON_AddItemToArray(arr, cJSON_CreateString(a->class_name[head])) &&
               cJSON_AddStringToObject(j, "model_type", a->model_type) && cJSON_AddStringToObject(j, "dtype", "float32") &&
               a->write(j, m);
-    int *n = NULL;
-    char ***slot = ok ? labels_slot((em_module *)m, &n) : NULL;
+    em__seqcls_view v;
+    char ***slot = ok && seqcls_arch(m, &v) ? v.id2label : NULL;
+    int *n = slot ? v.num_labels : NULL;
     if (slot) {
         cJSON *id2 = cJSON_AddObjectToObject(j, "id2label"), *l2 = cJSON_AddObjectToObject(j, "label2id");
         ok = id2 && l2;
@@ -787,9 +663,8 @@ static cJSON *config_json(const em_module *m, const em__arch *a, em__head head)
                  (cJSON_GetObjectItemCaseSensitive(l2, name) || cJSON_AddNumberToObject(l2, name, i));
         }
         ok = ok && sort_object(l2);
-        const em_problem_type pt = a == &em__distilbert_arch ? ((const em_distilbert_seqcls *)m)->config.problem_type
-                                                             : ((const em_bert_seqcls *)m)->config.problem_type;
-        if (ok && pt != EM_PROBLEM_AUTO) ok = cJSON_AddStringToObject(j, "problem_type", problem_names[pt]) != NULL;
+        const em_problem_type pt = *v.problem_type;
+        if (ok && pt != EM_PROBLEM_AUTO) ok = cJSON_AddStringToObject(j, "problem_type", em__problem_names[pt]) != NULL;
     }
     if (ok) ok = sort_object(j);
     if (!ok) {
