@@ -17,6 +17,8 @@
 
 #include <math.h>
 
+enum { B1, B2, EPS };   /* em__group.hp: beta1, beta2, eps */
+
 #define ADAMW_GRAIN 8192
 
 typedef struct adamw_consts {
@@ -74,17 +76,17 @@ ADAMW_KERNEL(adamw_double_fma, double, sqrt, fma, EM__OPT_FMA_TARGET)
 static adamw_consts consts_of(const em_optimizer *o, const em__group *g, const em__span *sp)
 {
     double step = sp->step + 1;
-    double bias_correction1 = 1 - pow(g->beta1, step);
-    double bias_correction2 = 1 - pow(g->beta2, step);
+    double bias_correction1 = 1 - pow(g->hp[B1], step);
+    double bias_correction2 = 1 - pow(g->hp[B2], step);
     double step_size = g->lr / bias_correction1;
     adamw_consts c = {
         .decay = g->weight_decay != 0 ? 1 - g->lr * g->weight_decay : 1.0,
-        .w1 = 1 - g->beta1,
-        .beta2 = g->beta2,
-        .w2 = 1 - g->beta2,
+        .w1 = 1 - g->hp[B1],
+        .beta2 = g->hp[B2],
+        .w2 = 1 - g->hp[B2],
         .bc2_sqrt = pow(bias_correction2, 0.5),
         .neg_step = -step_size,
-        .eps = g->eps,
+        .eps = g->hp[EPS],
         .sign = o->maximize ? -1.0 : 1.0,
     };
     c.small = fabs(sp->dtype == EM_F32 ? (double)(float)c.w1 : c.w1) < 0.5;
@@ -94,7 +96,7 @@ static adamw_consts consts_of(const em_optimizer *o, const em__group *g, const e
 static void adamw_update(const em_optimizer *o, const em__group *g, const em__span *sp)
 {
     adamw_consts c = consts_of(o, g, sp);
-    bool ams = o->amsgrad;
+    bool ams = o->flag;
     if (sp->dtype == EM_F32) {
         float *p = sp->p, *m = sp->s[0], *v = sp->s[1], *vm = ams ? sp->s[2] : NULL;
         const float *gr = sp->g;
@@ -125,7 +127,7 @@ static em_status adamw_update_device(const em_optimizer *o, const em__group *g, 
     for (int k = 0; k < n; k++) {
         adamw_consts c = consts_of(o, g, &sps[k]);
         a[k] = (em_adamw_span){.p = sps[k].p, .g = sps[k].g, .m = sps[k].s[0], .v = sps[k].s[1],
-                               .vmax = o->amsgrad ? sps[k].s[2] : NULL, .n = sps[k].n, .dtype = sps[k].dtype,
+                               .vmax = o->flag ? sps[k].s[2] : NULL, .n = sps[k].n, .dtype = sps[k].dtype,
                                .decay = c.decay, .w1 = c.w1, .beta2 = c.beta2, .w2 = c.w2, .bc2_sqrt = c.bc2_sqrt,
                                .neg_step = c.neg_step, .eps = c.eps, .sign = c.sign, .small = c.small};
     }
@@ -134,26 +136,58 @@ static em_status adamw_update_device(const em_optimizer *o, const em__group *g, 
     return st;
 }
 
-static int adamw_n_state(const em_optimizer *o, const em__group *g) { return o->amsgrad ? 3 : 2; }
+static int adamw_n_state(const em_optimizer *o, const em__group *g) { return o->flag ? 3 : 2; }
 
 static bool adamw_check(const em_optimizer *o, const em__group *g, const char *op)
 {
     const char *what = NULL;
     double val = 0;
     if (!(g->lr >= 0) || isinf(g->lr)) what = "learning rate", val = g->lr;
-    else if (!(g->eps >= 0) || isinf(g->eps)) what = "epsilon value", val = g->eps;
-    else if (!(g->beta1 >= 0 && g->beta1 < 1)) what = "beta parameter at index 0", val = g->beta1;
-    else if (!(g->beta2 >= 0 && g->beta2 < 1)) what = "beta parameter at index 1", val = g->beta2;
+    else if (!(g->hp[EPS] >= 0) || isinf(g->hp[EPS])) what = "epsilon value", val = g->hp[EPS];
+    else if (!(g->hp[B1] >= 0 && g->hp[B1] < 1)) what = "beta parameter at index 0", val = g->hp[B1];
+    else if (!(g->hp[B2] >= 0 && g->hp[B2] < 1)) what = "beta parameter at index 1", val = g->hp[B2];
     else if (!(g->weight_decay >= 0) || isinf(g->weight_decay)) what = "weight_decay value", val = g->weight_decay;
     if (what) em__misuse(op, "invalid %s: %g", what, val);
     return !what;
+}
+
+/* ---- hyperparameters: betas, eps and the amsgrad switch ---- */
+static void adamw_resolve(const em_param_group *pg, const em__group *d, em__group *g)
+{
+    g->hp[B1] = em__opt_value(pg->betas[0], d->hp[B1]);
+    g->hp[B2] = em__opt_value(pg->betas[1], d->hp[B2]);
+    g->hp[EPS] = em__opt_value(pg->eps, d->hp[EPS]);
+}
+
+static void adamw_to_public(const em_optimizer *o, const em__group *g, em_param_group *pg)
+{
+    pg->betas[0] = g->hp[B1], pg->betas[1] = g->hp[B2], pg->eps = g->hp[EPS];
+}
+
+static bool adamw_save_meta(const em_optimizer *o, const em__group *g, em__meta_out *out)
+{
+    return em__meta_put(out, "betas", "%.17g,%.17g", g->hp[B1], g->hp[B2]) &&
+           em__meta_put(out, "eps", "%.17g", g->hp[EPS]) && em__meta_put(out, "amsgrad", "%s", o->flag ? "true" : "false");
+}
+
+static em_status adamw_load_meta(const em_optimizer *o, const em__meta_in *in, em__group *g)
+{
+    double betas[2];
+    em_status s = em__meta_flag(in, "amsgrad", o->flag);
+    if (!s) s = em__meta_pair(in, "betas", 0, 1, betas);
+    if (!s) s = em__meta_num(in, "eps", 0, INFINITY, &g->hp[EPS]);
+    if (!s) g->hp[B1] = betas[0], g->hp[B2] = betas[1];
+    return s;
 }
 
 static const em__optim_kind adamw_kind = {
     .name = "AdamW",
     .state_names = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"},
     .has_step = true,
-    .sgd_keys = false,
+    .resolve = adamw_resolve,
+    .to_public = adamw_to_public,
+    .save_meta = adamw_save_meta,
+    .load_meta = adamw_load_meta,
     .n_state = adamw_n_state,
     .check = adamw_check,
     .update = adamw_update,
@@ -165,12 +199,12 @@ static em_optimizer *adamw_new(const em_param_group *groups, int n_groups, const
     em_adamw_opts o = opts ? *opts : (em_adamw_opts){0};
     em__group d = {
         .lr = em__opt_value(o.lr, 1e-3),
-        .beta1 = em__opt_value(o.betas[0], 0.9),
-        .beta2 = em__opt_value(o.betas[1], 0.999),
-        .eps = em__opt_value(o.eps, 1e-8),
+        .hp[B1] = em__opt_value(o.betas[0], 0.9),
+        .hp[B2] = em__opt_value(o.betas[1], 0.999),
+        .hp[EPS] = em__opt_value(o.eps, 1e-8),
         .weight_decay = em__opt_value(o.weight_decay, 1e-2),
     };
-    return em__optimizer_new(&adamw_kind, &d, false, o.amsgrad, o.maximize, groups, n_groups, op);
+    return em__optimizer_new(&adamw_kind, &d, o.amsgrad, o.maximize, groups, n_groups, op);
 }
 
 em_optimizer *em_adamw_new(em_tensor *const *params, int n, const em_adamw_opts *opts)

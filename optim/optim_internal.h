@@ -10,6 +10,7 @@
 #include <omp.h>
 
 #define EM__OPT_MAX_STATE 3   /* state tensors per parameter, at most */
+#define EM__OPT_MAX_HP 4      /* a kind's own hyperparameters per group, at most */
 
 /* One parameter and its state. state[k] are views of a flat buffer that the
  * parameter shares with its neighbours in storage (see alloc in optimizer.c);
@@ -27,8 +28,24 @@ typedef struct em__group {
     int n_alloc;            /* state tensors allocated per parameter so far    */
     double lr, initial_lr;  /* initial_lr is valid when has_initial_lr         */
     bool has_initial_lr;    /* set by the first scheduler built on this group  */
-    double weight_decay, momentum, dampening, beta1, beta2, eps;
+    double weight_decay;
+    double hp[EM__OPT_MAX_HP];   /* the kind's own (AdamW: beta1, beta2, eps; SGD: momentum, dampening) */
 } em__group;
+
+/* A group's hyperparameters in a state file (keys "param_groups.<g>.<name>"):
+ * the generic ones are written by optimizer.c, a kind's own by its
+ * save_meta / load_meta through these. */
+typedef struct em__meta_out em__meta_out;
+typedef struct em__meta_in em__meta_in;
+/* Adds "<name>" = printf(fmt, ...) to the group's keys; false on OOM. */
+bool em__meta_put(em__meta_out *out, const char *name, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Reads a finite number >= lo and < hi; EM_ERR_FORMAT naming the file and key
+ * when missing or malformed, EM_ERR_INVALID when out of range. */
+em_status em__meta_num(const em__meta_in *in, const char *name, double lo, double hi, double *out);
+/* Reads "a,b" (torch's betas) into out[0], out[1], each in [lo, hi). */
+em_status em__meta_pair(const em__meta_in *in, const char *name, double lo, double hi, double out[2]);
+/* Reads a boolean that must equal want (a switch the optimizer was built with). */
+em_status em__meta_flag(const em__meta_in *in, const char *name, bool want);
 
 /* A contiguous run of elements updated by one kernel call: one parameter, or
  * several that are adjacent in their storage, with gradients and state
@@ -46,7 +63,13 @@ typedef struct em__optim_kind {
     const char *name;                                   /* "AdamW", "SGD" */
     const char *state_names[EM__OPT_MAX_STATE];         /* torch's state keys */
     bool has_step;                                      /* state["step"] is saved */
-    bool sgd_keys;      /* groups carry momentum/dampening/nesterov (else betas/eps/amsgrad) */
+    /* Its hyperparameters: from a public group (zero fields take d's, as
+     * em__opt_value), back to the public view, and to / from a state file
+     * (its torch keys; its optimizer-wide switch too). */
+    void (*resolve)(const em_param_group *pg, const em__group *d, em__group *g);
+    void (*to_public)(const em_optimizer *o, const em__group *g, em_param_group *pg);
+    bool (*save_meta)(const em_optimizer *o, const em__group *g, em__meta_out *out);
+    em_status (*load_meta)(const em_optimizer *o, const em__meta_in *in, em__group *g);
     /* State tensors a parameter of g needs (AdamW: 2, or 3 with amsgrad; SGD: 1
      * when g's momentum != 0, else 0). */
     int (*n_state)(const em_optimizer *o, const em__group *g);
@@ -65,15 +88,16 @@ struct em_optimizer {
     const em__optim_kind *kind;
     int n_groups, cap_groups;
     em__group *groups;
-    em__group defaults;                 /* resolved options; n = 0, no params */
-    bool nesterov, amsgrad, maximize;   /* optimizer-wide switches            */
+    em__group defaults;   /* resolved options; n = 0, no params */
+    bool maximize;        /* optimizer-wide switches: torch's maximize, */
+    bool flag;            /* and the kind's own (AdamW: amsgrad; SGD: nesterov) */
 };
 
 /* Builds an optimizer of kind k: defaults and switches already resolved by the
  * caller; each group's zero fields take the defaults. op names the public
  * function for misuse messages. NULL on OOM or misuse. */
-em_optimizer *em__optimizer_new(const em__optim_kind *k, const em__group *defaults, bool nesterov, bool amsgrad,
-                                bool maximize, const em_param_group *groups, int n_groups, const char *op);
+em_optimizer *em__optimizer_new(const em__optim_kind *k, const em__group *defaults, bool flag, bool maximize,
+                                const em_param_group *groups, int n_groups, const char *op);
 /* v, except that +0 means "default" and -0 (EM_ZERO) means 0. */
 double em__opt_value(double v, double def);
 

@@ -13,6 +13,7 @@
 
 #include <strings.h>
 #include <errno.h>
+#include <stdarg.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,7 +34,7 @@ static bool follows(const em_tensor *a, const em_tensor *b)
 }
 
 /* ---- construction ---------------------------------------------------------------- */
-static em__group resolve(const em_param_group *pg, const em__group *d)
+static em__group resolve(const em_optimizer *o, const em_param_group *pg, const em__group *d)
 {
     em__group g = *d;
     g.n = 0;
@@ -43,11 +44,7 @@ static em__group resolve(const em_param_group *pg, const em__group *d)
     g.has_initial_lr = false;
     g.lr = em__opt_value(pg->lr, d->lr);
     g.weight_decay = em__opt_value(pg->weight_decay, d->weight_decay);
-    g.momentum = em__opt_value(pg->momentum, d->momentum);
-    g.dampening = em__opt_value(pg->dampening, d->dampening);
-    g.beta1 = em__opt_value(pg->betas[0], d->beta1);
-    g.beta2 = em__opt_value(pg->betas[1], d->beta2);
-    g.eps = em__opt_value(pg->eps, d->eps);
+    o->kind->resolve(pg, d, &g);
     return g;
 }
 
@@ -92,7 +89,7 @@ static em_status add_group(em_optimizer *o, const em_param_group *pg, const char
                 return EM_ERR_INVALID;
             }
     }
-    em__group g = resolve(pg, &o->defaults);
+    em__group g = resolve(o, pg, &o->defaults);
     if (!o->kind->check(o, &g, op)) return EM_ERR_INVALID;
     if (o->n_groups == o->cap_groups) {
         int cap = o->cap_groups ? 2 * o->cap_groups : 4;
@@ -115,8 +112,8 @@ static em_status add_group(em_optimizer *o, const em_param_group *pg, const char
     return EM_OK;
 }
 
-em_optimizer *em__optimizer_new(const em__optim_kind *k, const em__group *defaults, bool nesterov, bool amsgrad,
-                                bool maximize, const em_param_group *groups, int n_groups, const char *op)
+em_optimizer *em__optimizer_new(const em__optim_kind *k, const em__group *defaults, bool flag, bool maximize,
+                                const em_param_group *groups, int n_groups, const char *op)
 {
     EM_CHECK(n_groups > 0 && groups, op, "no parameter groups given (%d)", n_groups);
     int total = 0;
@@ -127,8 +124,7 @@ em_optimizer *em__optimizer_new(const em__optim_kind *k, const em__group *defaul
     if (!o) return NULL;
     o->kind = k;
     o->defaults = *defaults;
-    o->nesterov = nesterov;
-    o->amsgrad = amsgrad;
+    o->flag = flag;
     o->maximize = maximize;
     if (!k->check(o, &o->defaults, op)) {
         em__free(o);
@@ -361,9 +357,9 @@ em_param_group em_optimizer_group(const em_optimizer *o, int g)
 {
     const em__group *G = group_at(o, g, "em_optimizer_group");
     if (!G) return (em_param_group){0};
-    return (em_param_group){.params = G->params, .n_params = G->n, .lr = G->lr, .weight_decay = G->weight_decay,
-                            .momentum = G->momentum, .dampening = G->dampening, .betas = {G->beta1, G->beta2},
-                            .eps = G->eps};
+    em_param_group pg = {.params = G->params, .n_params = G->n, .lr = G->lr, .weight_decay = G->weight_decay};
+    o->kind->to_public(o, G, &pg);
+    return pg;
 }
 
 em_tensor **em_optimizer_grads(const em_optimizer *o, int *n)
@@ -503,6 +499,27 @@ static char *index_list(int first, int n)
     return s;
 }
 
+/* ---- a kind's own keys (optim_internal.h) ---- */
+struct em__meta_out {
+    strlist *keys, *vals;
+    int g;
+};
+struct em__meta_in {
+    em_safetensors *st;
+    const char *path;
+    int g;
+};
+
+bool em__meta_put(em__meta_out *out, const char *name, const char *fmt, ...)
+{
+    char buf[128];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    return sl_add(out->keys, "param_groups.%d.%s", out->g, name) && sl_add(out->vals, "%s", buf);
+}
+
 em_status em_optimizer_state_save(const em_optimizer *o, const char *path)
 {
     if (!o || !path) {
@@ -529,16 +546,9 @@ em_status em_optimizer_state_save(const em_optimizer *o, const char *path)
         if (G->has_initial_lr) META("initial_lr", "%.17g", G->initial_lr);
         META("weight_decay", "%.17g", G->weight_decay);
         META("maximize", "%s", o->maximize ? "true" : "false");
-        if (K->sgd_keys) {
-            META("momentum", "%.17g", G->momentum);
-            META("dampening", "%.17g", G->dampening);
-            META("nesterov", "%s", o->nesterov ? "true" : "false");
-        } else {
-            META("betas", "%.17g,%.17g", G->beta1, G->beta2);
-            META("eps", "%.17g", G->eps);
-            META("amsgrad", "%s", o->amsgrad ? "true" : "false");
-        }
 #undef META
+        em__meta_out mo = {&keys, &vals, g};
+        ok = ok && K->save_meta(o, G, &mo);
         int ns = K->n_state(o, G);
         for (int i = 0; i < G->n && ok; i++) {
             if (G->ps[i].step <= 0 || (ns == 0 && !K->has_step)) continue;
@@ -584,6 +594,55 @@ static bool parse_bool(const char *s, bool *out)
     return true;
 }
 
+static const char *meta_get(const em__meta_in *in, const char *name, char *key, size_t cap)
+{
+    snprintf(key, cap, "param_groups.%d.%s", in->g, name);
+    return em_safetensors_metadata(in->st, key);
+}
+
+static em_status bad_meta(const em__meta_in *in, const char *key, const char *v)
+{
+    return em__fail(EM_ERR_FORMAT, "%s: metadata '%s' is missing or malformed (%s)", in->path, key, v ? v : "absent");
+}
+
+static em_status in_range(const em__meta_in *in, const char *key, double v, double lo, double hi)
+{
+    if (v >= lo && v < hi) return EM_OK;
+    return em__fail(EM_ERR_INVALID, "%s: group %d has an out-of-range hyperparameter (%s = %g)", in->path, in->g,
+                    key, v);
+}
+
+em_status em__meta_num(const em__meta_in *in, const char *name, double lo, double hi, double *out)
+{
+    char key[96];
+    const char *v = meta_get(in, name, key, sizeof key);
+    if (!v || !parse_num(v, out)) return bad_meta(in, key, v);
+    return in_range(in, key, *out, lo, hi);
+}
+
+em_status em__meta_pair(const em__meta_in *in, const char *name, double lo, double hi, double out[2])
+{
+    char key[96], *end;
+    const char *v = meta_get(in, name, key, sizeof key);
+    if (!v) return bad_meta(in, key, v);
+    out[0] = strtod(v, &end);
+    if (end == v || *end != ',' || !isfinite(out[0]) || !parse_num(end + 1, &out[1])) return bad_meta(in, key, v);
+    em_status s = in_range(in, key, out[0], lo, hi);
+    return s ? s : in_range(in, key, out[1], lo, hi);
+}
+
+em_status em__meta_flag(const em__meta_in *in, const char *name, bool want)
+{
+    char key[96];
+    bool flag;
+    const char *v = meta_get(in, name, key, sizeof key);
+    if (!v || !parse_bool(v, &flag)) return bad_meta(in, key, v);
+    if (flag != want)
+        return em__fail(EM_ERR_INVALID, "%s: saved with %s=%s, this optimizer has %s=%s", in->path, name, v, name,
+                        want ? "true" : "false");
+    return EM_OK;
+}
+
 /* Reads group g's hyperparameters from the file into ng (a copy of the group).
  * EM_OK, or a failure naming the key. */
 static em_status load_group_meta(const em_optimizer *o, em_safetensors *st, const char *path, int g, em__group *ng,
@@ -614,30 +673,13 @@ static em_status load_group_meta(const em_optimizer *o, em_safetensors *st, cons
     if (!GET("weight_decay") || !parse_num(v, &ng->weight_decay)) return BAD_META();
     ng->has_initial_lr = GET("initial_lr") != NULL;
     if (ng->has_initial_lr && !parse_num(v, &ng->initial_lr)) return BAD_META();
-    bool flag, want[2] = {o->maximize, K->sgd_keys ? o->nesterov : o->amsgrad};
-    const char *flags[2] = {"maximize", K->sgd_keys ? "nesterov" : "amsgrad"};
-    for (int f = 0; f < 2; f++) {
-        if (!GET(flags[f]) || !parse_bool(v, &flag)) return BAD_META();
-        if (flag != want[f])
-            return em__fail(EM_ERR_INVALID, "%s: saved with %s=%s, this optimizer has %s=%s", path, flags[f], v,
-                            flags[f], want[f] ? "true" : "false");
-    }
-    if (K->sgd_keys) {
-        if (!GET("momentum") || !parse_num(v, &ng->momentum)) return BAD_META();
-        if (!GET("dampening") || !parse_num(v, &ng->dampening)) return BAD_META();
-    } else {
-        char *end;
-        if (!GET("betas")) return BAD_META();
-        ng->beta1 = strtod(v, &end);
-        if (*end != ',' || !parse_num(end + 1, &ng->beta2) || !isfinite(ng->beta1)) return BAD_META();
-        if (!GET("eps") || !parse_num(v, &ng->eps)) return BAD_META();
-    }
 #undef GET
 #undef BAD_META
-    if (!(ng->lr >= 0 && ng->weight_decay >= 0 && ng->momentum >= 0 && ng->eps >= 0 && ng->beta1 >= 0 &&
-          ng->beta1 < 1 && ng->beta2 >= 0 && ng->beta2 < 1 && (!ng->has_initial_lr || ng->initial_lr >= 0)))
+    if (!(ng->lr >= 0 && ng->weight_decay >= 0 && (!ng->has_initial_lr || ng->initial_lr >= 0)))
         return em__fail(EM_ERR_INVALID, "%s: group %d has an out-of-range hyperparameter", path, g);
-    return EM_OK;
+    em__meta_in mi = {st, path, g};
+    em_status s = em__meta_flag(&mi, "maximize", o->maximize);
+    return s ? s : K->load_meta(o, &mi, ng);
 }
 
 em_status em_optimizer_state_load(em_optimizer *o, const char *path)
@@ -755,11 +797,7 @@ em_status em_optimizer_state_load(em_optimizer *o, const char *path)
             G->initial_lr = ng[g].initial_lr;
             G->has_initial_lr = ng[g].has_initial_lr;
             G->weight_decay = ng[g].weight_decay;
-            G->momentum = ng[g].momentum;
-            G->dampening = ng[g].dampening;
-            G->beta1 = ng[g].beta1;
-            G->beta2 = ng[g].beta2;
-            G->eps = ng[g].eps;
+            memcpy(G->hp, ng[g].hp, sizeof G->hp);
             int ns = K->n_state(o, G);
             for (int i = 0; i < G->n; i++) {
                 em_tensor **L = loaded + (size_t)(base + i) * NK;

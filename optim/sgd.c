@@ -14,6 +14,8 @@
 
 #include <math.h>
 
+enum { MOM, DAMP };   /* em__group.hp: momentum, dampening */
+
 #define SGD_GRAIN 16384
 
 typedef struct sgd_consts {
@@ -57,13 +59,13 @@ static void sgd_update(const em_optimizer *o, const em__group *g, const em__span
     sgd_consts c = {
         .sign = o->maximize ? -1.0 : 1.0,
         .wd = g->weight_decay,
-        .momentum = g->momentum,
-        .damp1 = 1 - g->dampening,
+        .momentum = g->hp[MOM],
+        .damp1 = 1 - g->hp[DAMP],
         .neg_lr = -g->lr,
         .first = sp->step == 0,
-        .nesterov = o->nesterov,
+        .nesterov = o->flag,
     };
-    bool mom = g->momentum != 0;
+    bool mom = g->hp[MOM] != 0;
     if (sp->dtype == EM_F32) {
         float *p = sp->p, *buf = mom ? sp->s[0] : NULL;
         const float *gr = sp->g;
@@ -77,27 +79,56 @@ static void sgd_update(const em_optimizer *o, const em__group *g, const em__span
     }
 }
 
-static int sgd_n_state(const em_optimizer *o, const em__group *g) { return g->momentum != 0 ? 1 : 0; }
+static int sgd_n_state(const em_optimizer *o, const em__group *g) { return g->hp[MOM] != 0 ? 1 : 0; }
 
 static bool sgd_check(const em_optimizer *o, const em__group *g, const char *op)
 {
     if (!(g->lr >= 0) || isinf(g->lr)) em__misuse(op, "invalid learning rate: %g", g->lr);
-    else if (!(g->momentum >= 0) || isinf(g->momentum)) em__misuse(op, "invalid momentum value: %g", g->momentum);
+    else if (!(g->hp[MOM] >= 0) || isinf(g->hp[MOM])) em__misuse(op, "invalid momentum value: %g", g->hp[MOM]);
     else if (!(g->weight_decay >= 0) || isinf(g->weight_decay))
         em__misuse(op, "invalid weight_decay value: %g", g->weight_decay);
-    else if (!isfinite(g->dampening)) em__misuse(op, "invalid dampening value: %g", g->dampening);
-    else if (o->nesterov && (g->momentum <= 0 || g->dampening != 0))
+    else if (!isfinite(g->hp[DAMP])) em__misuse(op, "invalid dampening value: %g", g->hp[DAMP]);
+    else if (o->flag && (g->hp[MOM] <= 0 || g->hp[DAMP] != 0))
         em__misuse(op, "nesterov momentum requires a momentum and zero dampening (momentum %g, dampening %g)",
-                   g->momentum, g->dampening);
+                   g->hp[MOM], g->hp[DAMP]);
     else return true;
     return false;
+}
+
+/* ---- hyperparameters: momentum, dampening and the nesterov switch ---- */
+static void sgd_resolve(const em_param_group *pg, const em__group *d, em__group *g)
+{
+    g->hp[MOM] = em__opt_value(pg->momentum, d->hp[MOM]);
+    g->hp[DAMP] = em__opt_value(pg->dampening, d->hp[DAMP]);
+}
+
+static void sgd_to_public(const em_optimizer *o, const em__group *g, em_param_group *pg)
+{
+    pg->momentum = g->hp[MOM], pg->dampening = g->hp[DAMP];
+}
+
+static bool sgd_save_meta(const em_optimizer *o, const em__group *g, em__meta_out *out)
+{
+    return em__meta_put(out, "momentum", "%.17g", g->hp[MOM]) && em__meta_put(out, "dampening", "%.17g", g->hp[DAMP]) &&
+           em__meta_put(out, "nesterov", "%s", o->flag ? "true" : "false");
+}
+
+static em_status sgd_load_meta(const em_optimizer *o, const em__meta_in *in, em__group *g)
+{
+    em_status s = em__meta_flag(in, "nesterov", o->flag);
+    if (!s) s = em__meta_num(in, "momentum", 0, INFINITY, &g->hp[MOM]);
+    if (!s) s = em__meta_num(in, "dampening", -INFINITY, INFINITY, &g->hp[DAMP]);
+    return s;
 }
 
 static const em__optim_kind sgd_kind = {
     .name = "SGD",
     .state_names = {"momentum_buffer"},
     .has_step = false,
-    .sgd_keys = true,
+    .resolve = sgd_resolve,
+    .to_public = sgd_to_public,
+    .save_meta = sgd_save_meta,
+    .load_meta = sgd_load_meta,
     .n_state = sgd_n_state,
     .check = sgd_check,
     .update = sgd_update,
@@ -108,11 +139,11 @@ static em_optimizer *sgd_new(const em_param_group *groups, int n_groups, const e
     em_sgd_opts o = opts ? *opts : (em_sgd_opts){0};
     em__group d = {
         .lr = em__opt_value(o.lr, 1e-3),
-        .momentum = em__opt_value(o.momentum, 0),
-        .dampening = em__opt_value(o.dampening, 0),
+        .hp[MOM] = em__opt_value(o.momentum, 0),
+        .hp[DAMP] = em__opt_value(o.dampening, 0),
         .weight_decay = em__opt_value(o.weight_decay, 0),
     };
-    return em__optimizer_new(&sgd_kind, &d, o.nesterov, false, o.maximize, groups, n_groups, op);
+    return em__optimizer_new(&sgd_kind, &d, o.nesterov, o.maximize, groups, n_groups, op);
 }
 
 em_optimizer *em_sgd_new(em_tensor *const *params, int n, const em_sgd_opts *opts)
