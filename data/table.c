@@ -46,28 +46,6 @@ static const char *show_byte(unsigned char c, char out[8])
     return out;
 }
 
-/* Reads a whole file into an em__malloc'd buffer with at least one spare byte. */
-static em_status read_file(const char *path, char **data, size_t *size)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return em__fail(errno == ENOENT ? EM_ERR_NOT_FOUND : EM_ERR_IO, "%s: %s", path, strerror(errno));
-    size_t cap = 1 << 16, n = 0;
-    char *buf = em__malloc(cap);
-    while (buf) {
-        n += fread(buf + n, 1, cap - n, f);
-        if (n < cap) break;
-        char *nb = em__realloc(buf, cap *= 2);
-        if (!nb) { em__free(buf); buf = NULL; }
-        else buf = nb;
-    }
-    int err = ferror(f) ? errno : 0;
-    fclose(f);
-    if (!buf) return EM_ERR_OOM;
-    if (err) { em__free(buf); return em__fail(EM_ERR_IO, "%s: read error: %s", path, strerror(err)); }
-    *data = buf;
-    *size = n;
-    return EM_OK;
-}
 
 /* ---- UTF-8 ------------------------------------------------------------------- */
 /* Length of the valid UTF-8 sequence at s[0..n) (n > 0), or 0 when it is
@@ -529,7 +507,7 @@ static em_status read_delimited(const char *op, const char *path, const em_table
              "the delimiter cannot be a quote or a line break (got 0x%02X)", (unsigned char)dl);
     char *buf;
     size_t len;
-    em_status st = read_file(path, &buf, &len);
+    em_status st = em__read_file(path, 0, &buf, &len);
     if (st) return st;
     return em__table_parse(path, buf, len, kind, opts, NULL, 0, out);
 }
@@ -554,7 +532,7 @@ em_status em_table_read_jsonl(const char *path, const char *const *fields, int n
     for (int i = 0; i < nfields; i++) TB_CHECK(fields[i], "em_table_read_jsonl", "fields[%d] is NULL", i);
     char *buf;
     size_t len;
-    em_status st = read_file(path, &buf, &len);
+    em_status st = em__read_file(path, 0, &buf, &len);
     if (st) return st;
     return em__table_parse(path, buf, len, EM__TABLE_JSONL, NULL, fields, nfields, out);
 }

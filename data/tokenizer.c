@@ -18,27 +18,6 @@
 #define TK_CHECK(cond, op, ...) do { if (!(cond)) { em__misuse(op, __VA_ARGS__); return EM_ERR_INVALID; } } while (0)
 
 /* ---- loading --------------------------------------------------------------- */
-static em_status read_file(const char *path, char **data, size_t *size)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return em__fail(errno == ENOENT ? EM_ERR_NOT_FOUND : EM_ERR_IO, "%s: %s", path, strerror(errno));
-    size_t cap = 1 << 16, n = 0;
-    char *buf = em__malloc(cap);
-    while (buf) {
-        n += fread(buf + n, 1, cap - n, f);
-        if (n < cap) break;
-        char *nb = em__realloc(buf, cap *= 2);
-        if (!nb) { em__free(buf); buf = NULL; }
-        else buf = nb;
-    }
-    bool err = ferror(f);
-    fclose(f);
-    if (!buf) return EM_ERR_OOM;
-    if (err) { em__free(buf); return em__fail(EM_ERR_IO, "%s: read error", path); }
-    *data = buf;
-    *size = n;
-    return EM_OK;
-}
 
 /* Inserts key (token id, cont). Returns the id already holding that key, or -1. */
 static int32_t insert(em_tokenizer *t, int32_t id, bool cont)
@@ -206,7 +185,7 @@ em_status em__tok_read_lines(const char *path, char **data, const char ***tok, u
     *tok = NULL;
     *len = NULL;
     *n = 0;
-    em_status st = read_file(path, data, &size);
+    em_status st = em__read_file(path, 0, data, &size);
     if (st) return st;
     char *d = *data;
     /* Lines end at \n, \r\n or \r (Python's universal newlines, as HF reads it). */

@@ -127,23 +127,10 @@ static void line_col(const char *buf, size_t off, int *line, int *col)
 static em_status read_json(const char *path, cJSON **out)
 {
     *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) return em__fail(errno == ENOENT ? EM_ERR_NOT_FOUND : EM_ERR_IO, "%s: %s", path, strerror(errno));
-    size_t cap = 1 << 16, n = 0;
-    char *buf = em__malloc(cap + 1);
-    while (buf) {
-        n += fread(buf + n, 1, cap - n, f);
-        if (n < cap) break;
-        char *nb = cap > SIZE_MAX / 4 ? NULL : em__realloc(buf, 2 * cap + 1);
-        if (!nb) { em__free(buf); buf = NULL; break; }
-        buf = nb;
-        cap *= 2;
-    }
-    bool err = ferror(f);
-    fclose(f);
-    if (!buf) return em__fail(EM_ERR_OOM, "%s: out of memory reading the file", path);
-    if (err) { em__free(buf); return em__fail(EM_ERR_IO, "%s: read error", path); }
-    buf[n] = 0;
+    char *buf;
+    size_t n;
+    em_status rs = em__read_file(path, 0, &buf, &n);
+    if (rs != EM_OK) return rs;
     em__json_init();
     em_clear_error();
     const char *end = NULL;

@@ -54,40 +54,6 @@ static char **labels_from_json(const cJSON *j, int n)
 
 /* ---- reading files ------------------------------------------------------------------------- */
 
-/* Reads a whole (small) file; EM_ERR_NOT_FOUND when absent. */
-static em_status slurp(const char *path, char **buf, size_t *len)
-{
-    *buf = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return em__fail(errno == ENOENT ? EM_ERR_NOT_FOUND : EM_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    em_status s = EM_OK;
-    size_t cap = 1 << 16, n = 0;
-    char *b = em__malloc(cap + 1);
-    while (b) {
-        n += fread(b + n, 1, cap - n, f);
-        if (n < cap) break;
-        if (cap >= (size_t)64 << 20) {
-            s = em__fail(EM_ERR_FORMAT, "%s: larger than 64 MiB; not a config file", path);
-            break;
-        }
-        char *nb = em__realloc(b, 2 * cap + 1);
-        if (!nb) break;
-        b = nb;
-        cap *= 2;
-    }
-    if (!b && !s) s = em__fail(EM_ERR_OOM, "%s: out of memory reading the file", path);
-    else if (!s && ferror(f)) s = em__fail(EM_ERR_IO, "%s: read error", path);
-    fclose(f);
-    if (s) {
-        em__free(b);
-        return s;
-    }
-    b[n] = 0;
-    *buf = b;
-    *len = n;
-    return EM_OK;
-}
 
 /* Parses path as a JSON object; malformed JSON names the line and column. */
 static em_status read_json(const char *path, cJSON **out)
@@ -95,7 +61,7 @@ static em_status read_json(const char *path, cJSON **out)
     char *buf;
     size_t len = 0;
     *out = NULL;
-    em_status s = slurp(path, &buf, &len);
+    em_status s = em__read_file(path, (size_t)64 << 20, &buf, &len);
     if (s) return s;
     const char *end = NULL;
     pthread_once(&json_once, json_hooks);

@@ -56,6 +56,12 @@ static inline bool em__live(const em_tensor *t, const char *op)
 uint32_t em__crc32c(const void *data, size_t n);
 uint32_t em__crc32c_update(uint32_t crc, const void *data, size_t n);
 
+/* The whole file at path in a new em__malloc'd buffer (*size bytes plus a
+ * NUL; free with em__free). EM_ERR_NOT_FOUND (absent) or EM_ERR_IO naming
+ * path with the reason; EM_ERR_FORMAT when larger than max bytes (0: no
+ * limit); EM_ERR_OOM. tensor/readfile.c */
+em_status em__read_file(const char *path, size_t max, char **data, size_t *size);
+
 /* ---- host allocations (metadata, scratch) ---------------------------------
  * Every allocation, host metadata included, goes through these so the
  * fail-the-Nth switch reaches it. On failure they set EM_ERR_OOM. */

@@ -1,0 +1,45 @@
+/* ember — reading a whole file from outside (tensor_internal.h em__read_file):
+ * the one reader behind vocab files, data tables, config.json and
+ * tokenizer.json. */
+#include "tensor/tensor_internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+em_status em__read_file(const char *path, size_t max, char **data, size_t *size)
+{
+    *data = NULL, *size = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return em__fail(errno == ENOENT ? EM_ERR_NOT_FOUND : EM_ERR_IO, "%s: %s", path, strerror(errno));
+    em_status s = EM_OK;
+    size_t cap = 1 << 16, n = 0;
+    char *buf = em__malloc(cap + 1);
+    while (buf) {
+        n += fread(buf + n, 1, cap - n, f);
+        if (n < cap) break;
+        if (max && cap >= max) {
+            s = em__fail(EM_ERR_FORMAT, "%s: larger than %zu MiB; not the file it should be", path, max >> 20);
+            break;
+        }
+        char *nb = cap > SIZE_MAX / 4 ? NULL : em__realloc(buf, 2 * cap + 1);
+        if (!nb) {
+            em__free(buf);
+            buf = NULL;
+            break;
+        }
+        buf = nb;
+        cap *= 2;
+    }
+    int err = ferror(f) ? errno : 0;
+    fclose(f);
+    if (!buf && !s) s = em__fail(EM_ERR_OOM, "%s: out of memory reading the file", path);
+    if (!s && err) s = em__fail(EM_ERR_IO, "%s: read error: %s", path, strerror(err));
+    if (s) {
+        em__free(buf);
+        return s;
+    }
+    buf[n] = 0;
+    *data = buf, *size = n;
+    return EM_OK;
+}
