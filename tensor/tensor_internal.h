@@ -203,10 +203,10 @@ void em__register_backend(const em_backend *b);
  * driver call happens at load or on CPU-only paths (a CUDA context made
  * before fork() is unusable in the child: Check's fork-mode tests). */
 void em__register_backend_probe(em_device_type type, const em_backend *(*probe)(void));
-const em_backend *em__backend(em_device_type type);
+const em_backend *em__backend(em_device_type type);   /* NULL when not registered (or the probe found none) */
 /* Why dev has no backend, for a message: an unknown type, a build without
  * it, or a build with it on a machine without the device. Writes why. */
-const char *em__backend_absent(em_device dev, char why[160]);   /* NULL when not registered (or the probe found none) */
+const char *em__backend_absent(em_device dev, char why[160]);
 extern const em_backend em__cpu_backend;
 
 /* The f32 GEMM precision (em_set_float32_matmul_precision): true for

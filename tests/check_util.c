@@ -1,5 +1,6 @@
 /* ember tests — shared helpers (see check_util.h). */
 #include "check_util.h"
+#include "tensor/tensor_internal.h"   /* em__shape_str */
 
 #include <math.h>
 #include <stdio.h>
@@ -110,3 +111,17 @@ static const char *join(const char *env, const char *fallback, const char *rel)
 const char *tu_shared_path(const char *rel) { return join("EMBER_SHARED_DATA", "../shared/data", rel); }
 const char *tu_fixture_path(const char *rel) { return join("EMBER_FIXTURES", "tests/fixtures", rel); }
 
+void tu_expect_tensor_close(const char *what, em_tensor *got, em_tensor *want, double rtol, double atol)
+{
+    ck_assert_msg(got != NULL, "%s: NULL (%s)", what, em_last_error());
+    ck_assert_msg(got->ndim == want->ndim && !memcmp(got->shape, want->shape, sizeof(int64_t) * (size_t)got->ndim),
+                  "%s: got shape %s, want %s", what, em__shape_str(got), em__shape_str(want));
+    double *g = tu_to_doubles(got), *w = tu_to_doubles(want);
+    int64_t n = em_numel(want);
+    for (int64_t i = 0; i < n; i++)
+        if (tu_close_ratio(g + i, w + i, 1, rtol, atol) > 1)
+            ck_abort_msg("%s[%lld]: got %.17g, want %.17g (|diff| %.3g > %.3g)", what, (long long)i, g[i], w[i],
+                         fabs(g[i] - w[i]), atol + rtol * fabs(w[i]));
+    free(g);
+    free(w);
+}

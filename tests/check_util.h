@@ -25,6 +25,11 @@ double tu_close_ratio(const double *got, const double *ref, int64_t n, double rt
 #define tu_assert_close(got, ref, n, rtol, atol) \
     ck_assert_msg(tu_close_ratio(got, ref, n, rtol, atol) <= 1.0, "not close: ratio %g", tu_close_ratio(got, ref, n, rtol, atol))
 
+/* Asserts got (not NULL) has want's shape and every element within
+ * atol + rtol*|want| (NaNs must match), naming what and the first element
+ * that is not. Any dtypes and layouts. */
+void tu_expect_tensor_close(const char *what, em_tensor *got, em_tensor *want, double rtol, double atol);
+
 /* Misuse tests (Check fork mode): install a handler that aborts when the
  * message contains `expected`, and exits with status 3 (failing the test,
  * which expects SIGABRT) after printing the message otherwise. */

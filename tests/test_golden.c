@@ -41,20 +41,8 @@ static em_tensor *get(const char *name)
 /* got (any layout) against the fixture tensor `name`: same shape, close values. */
 static void expect_close(em_tensor *got, const char *name, double rtol, double atol)
 {
-    ck_assert_msg(got != NULL, "%s: the op returned NULL (%s)", name, em_last_error());
-    em_tensor *want = get(name);
-    ck_assert_msg(got->ndim == want->ndim, "%s: got %s, want %s", name, em__shape_str(got), em__shape_str(want));
-    for (int d = 0; d < got->ndim; d++)
-        ck_assert_msg(got->shape[d] == want->shape[d], "%s: got %s, want %s", name, em__shape_str(got),
-                      em__shape_str(want));
+    tu_expect_tensor_close(name, got, get(name), rtol, atol);
     ck_assert_int_eq(got->dtype, EM_F32);
-    double *g = tu_to_doubles(got), *w = tu_to_doubles(want);
-    int64_t n = em_numel(want);
-    for (int64_t i = 0; i < n; i++)
-        ck_assert_msg(fabs(g[i] - w[i]) <= atol + rtol * fabs(w[i]), "%s[%lld]: got %.9g, want %.9g (|diff| %.3g > %.3g)",
-                      name, (long long)i, g[i], w[i], fabs(g[i] - w[i]), atol + rtol * fabs(w[i]));
-    free(g);
-    free(w);
 }
 
 static double meta_double(const char *key)

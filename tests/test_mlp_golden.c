@@ -36,18 +36,9 @@ static em_tensor *get(em_safetensors *st, const char *name)
  * (plus 1e-14 absolute, for entries that are ~0). */
 static void expect_close(const char *what, em_tensor *got, em_tensor *want)
 {
-    ck_assert_msg(got != NULL, "%s: NULL (%s)", what, em_last_error());
-    ck_assert_msg(got->ndim == want->ndim && !memcmp(got->shape, want->shape, sizeof(int64_t) * (size_t)got->ndim),
-                  "%s: got shape %s, want %s", what, em__shape_str(got), em__shape_str(want));
+    tu_expect_tensor_close(what, got, want, 1e-10, 1e-14);
     ck_assert_msg(got->dtype == want->dtype, "%s: got %s, want %s", what, em_dtype_name(got->dtype),
                   em_dtype_name(want->dtype));
-    double *g = tu_to_doubles(got), *w = tu_to_doubles(want);
-    int64_t n = em_numel(want);
-    for (int64_t i = 0; i < n; i++)
-        ck_assert_msg(fabs(g[i] - w[i]) <= 1e-14 + 1e-10 * fabs(w[i]), "%s[%lld]: got %.17g, want %.17g", what,
-                      (long long)i, g[i], w[i]);
-    free(g);
-    free(w);
 }
 
 /* The whole file as a malloc'd string (NULL if it cannot be read). */
