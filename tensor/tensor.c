@@ -47,7 +47,10 @@ void em__contiguous_strides(int ndim, const int64_t *shape, int64_t *stride)
     int64_t s = 1;
     for (int d = ndim - 1; d >= 0; d--) {
         stride[d] = s;
-        s *= shape[d] > 0 ? shape[d] : 1;
+        /* wraps, never overflows (UB): only a shape with no elements gets this far
+         * with a product past 2^63 (em__empty refuses the others), and the strides
+         * of an empty tensor address no memory */
+        (void)__builtin_mul_overflow(s, shape[d] > 0 ? shape[d] : 1, &s);
     }
 }
 

@@ -449,6 +449,7 @@ static void test_buffers(em_process_group *pg)
         net *m = net_new(MODEL_MLP, 12, H, false);
         em_tensor *stats = em_module_register_buffer(&m->base, "running_mean",
                                                      em_full(EM_SHAPE(5), 10.0 + g_rank, EM_F32, EM_CPU), false);
+        em_release(stats);   /* made outside any scope: ours to release; the module holds its own reference */
         em_ddp *d = NULL;
         CHECK(em_ddp_new(&m->base, pg, &(em_ddp_opts){.keep_local_buffers = keep}, &d) == EM_OK, "%s", em_last_error());
         CHECK(em_get(stats, (int64_t[]){4}) == 10.0, "construction: rank %d has %g", g_rank, em_get(stats, (int64_t[]){4}));
