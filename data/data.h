@@ -453,6 +453,7 @@ typedef struct em_dataloader_opts {
     int process_index;        /**< this rank, in [0, num_processes)                         */
     bool split_batches;       /**< slice each global batch across ranks                     */
     em_tok_flag even_batches; /**< default ON: loop back to the epoch's start so every rank has the same batches */
+    bool owns_dataset;        /**< em_dataloader_free (or em_accelerator_free_all) frees the dataset too; a failed em_dataloader_new leaves it the caller's */
 } em_dataloader_opts;
 
 /* ---- the batch schedule (sampler + batch sampler + BatchSamplerShard) ----- */

@@ -152,6 +152,7 @@ void em_dataloader_free(em_dataloader *dl)
     em__free(dl->ring);
     em__free(dl->samples);
     em_batch_schedule_free(&dl->sched);
+    if (dl->o.owns_dataset) em_dataset_free((em_dataset *)dl->ds);
     em__free(dl);
 }
 
@@ -193,6 +194,7 @@ em_status em_dataloader_new(const em_dataset *ds, const em_dataloader_opts *opts
         for (int i = 0; i < dl->nw; i++) {
             int e = pthread_create(&dl->workers[i].thread, NULL, worker_main, &dl->workers[i]);
             if (e) {
+                dl->o.owns_dataset = false;   /* on failure the caller keeps the dataset */
                 em_dataloader_free(dl);
                 return em__fail(EM_ERR_OOM, "dataloader: cannot start worker thread %d of %d: %s", i + 1,
                                 o.num_workers, strerror(e));
@@ -203,6 +205,7 @@ em_status em_dataloader_new(const em_dataset *ds, const em_dataloader_opts *opts
     *out = dl;
     return EM_OK;
 oom:
+    dl->o.owns_dataset = false;   /* on failure the caller keeps the dataset */
     em_dataloader_free(dl);
     return em__fail(EM_ERR_OOM, "dataloader: out of memory");
 }

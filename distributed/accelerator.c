@@ -423,7 +423,7 @@ bool em_accelerator_next(em_accelerator *acc, em_dataloader *dl, em_batch *out)
     ACC_CHECK(j >= 0, "em_accelerator_next", false, "the dataloader was not prepared (em_accelerator_prepare)");
     em__acc_loader *l = &acc->loaders[j];
     close_batch_scope(l);
-    if (em_accelerator_reached_max_steps(acc)) return false;   /* no scope: nothing to close */
+    if (l->trains && em_accelerator_reached_max_steps(acc)) return false;   /* no scope: nothing to close */
     l->scope_depth = em_scope_depth();
     em_scope_begin();
     l->scope_open = true;
@@ -583,6 +583,8 @@ em_status em_accelerator_backward(em_accelerator *acc, em_tensor *loss)
                  acc->mp == EM_MP_BF16 ? "bf16" : "fp16");
     if (implicit) do_sync(acc, NULL);
     em__acc_flush_scaler(acc);   /* the scale this backward uses is the updated one */
+    int active = em__acc_active_loader(acc);
+    if (active >= 0) acc->loaders[active].trains = true;   /* a training loader: max_steps applies to it */
     for (int i = 0; i < acc->n_opts; i++) {
         em__acc_opt *o = &acc->opts[i];
         o->saw_backward = true;

@@ -42,6 +42,7 @@ typedef struct em__acc_loader {
     uint64_t tick;          /* when it last advanced (higher: more recent) */
     bool scope_open;        /* em_accelerator_next opened a batch scope ...  */
     int scope_depth;        /* ... on top of this depth                       */
+    bool trains;            /* a backward ran on its batches: max_steps ends its loops */
 } em__acc_loader;
 
 struct em_accelerator {

@@ -230,9 +230,11 @@ typedef struct em_accelerator_opts {
     em_process_group *process_group;
     /** Stop after this many optimizer steps (HF Trainer's max_steps; 0: no
      * limit): once em_accelerator_optimizer_steps reaches it,
-     * em_accelerator_next returns false without opening a scope, in this
-     * epoch and every later one, and em_accelerator_reached_max_steps is
-     * true. Every rank steps together, so every rank stops at the same batch. */
+     * em_accelerator_next returns false without opening a scope on every
+     * training loader (one whose batches fed an em_accelerator_backward), in
+     * this epoch and every later one; evaluation loaders keep working.
+     * em_accelerator_reached_max_steps is then true. Every rank steps
+     * together, so every rank stops at the same batch. */
     int64_t max_steps;
 } em_accelerator_opts;
 

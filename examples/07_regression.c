@@ -18,7 +18,6 @@
 #include "ember.h"
 
 #include <stdio.h>
-#include <stdlib.h>
 
 enum { TRAIN_N = 2048, DEV_N = 500, BATCH = 64, EPOCHS = 40, HIDDEN = 64 };
 
@@ -41,22 +40,18 @@ int main(void)
     em_accelerator *acc = em_accelerator_new(&(em_accelerator_opts){.split_batches = true});
     em_set_seed(42);   /* the same data and weights on every rank */
     em_dataset *train = make_data(TRAIN_N, 0.05), *dev = make_data(DEV_N, 0.0);
-    em_module *model = em_nn_sequential_new();
-    em_nn_append(model, &em_nn_linear_new(4, HIDDEN, NULL)->base);
-    em_nn_append(model, &em_nn_gelu_new(false)->base);
-    em_nn_append(model, &em_nn_linear_new(HIDDEN, HIDDEN, NULL)->base);
-    em_nn_append(model, &em_nn_gelu_new(false)->base);
-    em_nn_append(model, &em_nn_linear_new(HIDDEN, 1, NULL)->base);
-    int n_params;
-    em_tensor **params = em_module_parameters(model, &n_params);
-    em_optimizer *opt = em_adamw_new(params, n_params, &(em_adamw_opts){.lr = 3e-3});
-    free(params);   /* the optimizer keeps its own references */
+    em_module *model = em_nn_sequential_of(5, (em_module *[]){
+        &em_nn_linear_new(4, HIDDEN, NULL)->base, &em_nn_gelu_new(false)->base,
+        &em_nn_linear_new(HIDDEN, HIDDEN, NULL)->base, &em_nn_gelu_new(false)->base,
+        &em_nn_linear_new(HIDDEN, 1, NULL)->base});
+    em_optimizer *opt = em_adamw_new_module(model, &(em_adamw_opts){.lr = 3e-3});
     /* optimizer steps per rank: with split_batches every rank gets TRAIN_N / BATCH batches an epoch */
     em_scheduler *sched = em_linear_schedule_with_warmup(opt, 50, EPOCHS * TRAIN_N / BATCH);
     em_dataloader *train_dl = NULL, *dev_dl = NULL;
     if (!acc || !train || !dev || !sched ||
-        em_dataloader_new(train, &(em_dataloader_opts){.batch_size = BATCH, .shuffle = true}, &train_dl) != EM_OK ||
-        em_dataloader_new(dev, &(em_dataloader_opts){.batch_size = 128}, &dev_dl) != EM_OK ||
+        em_dataloader_new(train, &(em_dataloader_opts){.batch_size = BATCH, .shuffle = true, .owns_dataset = true},
+                          &train_dl) != EM_OK ||
+        em_dataloader_new(dev, &(em_dataloader_opts){.batch_size = 128, .owns_dataset = true}, &dev_dl) != EM_OK ||
         em_accelerator_prepare(acc, model, opt, train_dl, sched) != EM_OK ||
         em_accelerator_prepare_dataloader(acc, dev_dl) != EM_OK) {
         fprintf(stderr, "setup: %s\n", em_last_error());
@@ -85,9 +80,7 @@ int main(void)
         if (epoch == 0 || epoch % 10 == 9)
             em_accelerator_print(acc, "epoch %2d  dev mse %.5f (%.0f points)\n", epoch, mse, seen);
     }
-    em_accelerator_free_all(acc);   /* the accelerator and everything prepared on it */
-    em_dataset_free(train);
-    em_dataset_free(dev);
+    em_accelerator_free_all(acc);   /* the accelerator, everything prepared on it, and the datasets the loaders own */
     if (!(mse < 0.02)) fprintf(stderr, "training failed: dev mse %.4f >= 0.02\n", mse);
     return mse < 0.02 ? 0 : 1;
 }

@@ -18,7 +18,6 @@
 #include "ember.h"
 
 #include <stdio.h>
-#include <stdlib.h>
 
 #define DATA "../shared/data"
 enum { MAX_LEN = 66, BATCH = 16, MAX_STEPS = 400 };
@@ -37,7 +36,7 @@ static em_dataset *load(const char *path, const em_tokenizer *tok)
 
 int main(int argc, char **argv)
 {
-    em_accelerator *acc = em_accelerator_new(NULL);
+    em_accelerator *acc = em_accelerator_new(&(em_accelerator_opts){.max_steps = MAX_STEPS});   /* then next() ends */
     em_set_seed(42);
     em_tokenizer *tok = NULL;
     em_module *model = NULL;
@@ -58,10 +57,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "setup: %s\n", em_last_error());
         return 1;
     }
-    int n_params;
-    em_tensor **params = em_module_parameters(model, &n_params);
-    em_optimizer *opt = em_adamw_new(params, n_params, &(em_adamw_opts){.lr = argc > 1 ? 5e-5 : 1e-3});
-    free(params);   /* the optimizer keeps its own references */
+    em_optimizer *opt = em_adamw_new_module(model, &(em_adamw_opts){.lr = argc > 1 ? 5e-5 : 1e-3});
     /* in optimizer steps of this rank: the scheduler steps once per optimizer step */
     em_scheduler *sched = em_linear_schedule_with_warmup(opt, MAX_STEPS / 10, MAX_STEPS);
     if (!sched || em_accelerator_prepare(acc, model, opt, train_dl, sched) != EM_OK ||
@@ -77,10 +73,6 @@ int main(int argc, char **argv)
         em_accelerator_optimizer_step(acc, opt);
         em_accelerator_scheduler_step(acc, sched);
         em_accelerator_optimizer_zero_grad(acc, opt);
-        if (em_accelerator_optimizer_steps(acc) == MAX_STEPS) {
-            em_accelerator_end_loop(acc, train_dl);   /* leaving early: this batch's scope closes now */
-            break;
-        }
     }
     em_module_train(model, false);
     double correct = 0, total = 0;

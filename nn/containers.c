@@ -47,6 +47,25 @@ static em_module *container_new(const char *type, bool sequential)
 em_module *em_nn_sequential_new(void) { return container_new("Sequential", true); }
 em_module *em_nn_module_list_new(void) { return container_new("ModuleList", false); }
 
+em_module *em_nn_sequential_of(int n, em_module *const *children)
+{
+    em_module *s = em_nn_sequential_new();
+    bool ok = s != NULL;
+    for (int i = 0; i < n; i++) {
+        if (ok && !(children[i] && em_nn_append(s, children[i]))) {
+            ok = false;
+            if (children[i] && s && s->n_children <= i) em_module_free(children[i]);   /* not adopted */
+            continue;
+        }
+        if (!ok) em_module_free(children[i]);
+    }
+    if (!ok) {
+        em_module_free(s);
+        return NULL;
+    }
+    return s;
+}
+
 em_module *em_nn_append(em_module *container, em_module *child)
 {
     if (!container || (strcmp(container->type, "Sequential") && strcmp(container->type, "ModuleList"))) {

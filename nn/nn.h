@@ -85,6 +85,10 @@ em_tensor *em_module_forward(em_module *m, em_tensor *x);
 /** torch.nn.Sequential: children registered as "0", "1", ... run in order by
  * em_module_forward (each must have a forward). Free with em_module_free. */
 em_module *em_nn_sequential_new(void);
+/** nn.Sequential(a, b, c): a Sequential holding the n children in order (it
+ * frees them). NULL on OOM (the children are then freed too) or when a child
+ * is NULL from an earlier failure. */
+em_module *em_nn_sequential_of(int n, em_module *const *children);
 /** torch.nn.ModuleList: children "0", "1", ... with no forward of its own. */
 em_module *em_nn_module_list_new(void);
 /** Appends child to a Sequential or ModuleList under the next index; returns child

@@ -61,6 +61,7 @@
 #define em_nn_module_list_new(...) EM__AT(em_nn_module_list_new, __VA_ARGS__)
 #define em_nn_relu_new(...) EM__AT(em_nn_relu_new, __VA_ARGS__)
 #define em_nn_sequential_new(...) EM__AT(em_nn_sequential_new, __VA_ARGS__)
+#define em_nn_sequential_of(...) EM__AT(em_nn_sequential_of, __VA_ARGS__)
 #define em_nn_transformer_block_forward(...) EM__AT(em_nn_transformer_block_forward, __VA_ARGS__)
 #define em_nn_transformer_block_new(...) EM__AT(em_nn_transformer_block_new, __VA_ARGS__)
 #define em_save_pretrained(...) EM__AT(em_save_pretrained, __VA_ARGS__)

@@ -15,6 +15,8 @@
  * pass per span does all of it for each element. */
 #include "optim/optim_internal.h"
 
+#include <stdlib.h>
+
 #include <math.h>
 
 enum { B1, B2, EPS };   /* em__group.hp: beta1, beta2, eps */
@@ -216,4 +218,15 @@ em_optimizer *em_adamw_new(em_tensor *const *params, int n, const em_adamw_opts 
 em_optimizer *em_adamw_new_groups(const em_param_group *groups, int n_groups, const em_adamw_opts *opts)
 {
     return adamw_new(groups, n_groups, opts, "em_adamw_new_groups");
+}
+
+em_optimizer *em_adamw_new_module(em_module *m, const em_adamw_opts *opts)
+{
+    int n = 0;
+    em_tensor **ps = m ? em_module_parameters(m, &n) : NULL;
+    em_param_group g = {.params = ps, .n_params = n};
+    em_optimizer *o = m ? adamw_new(&g, 1, opts, "em_adamw_new_module") : NULL;
+    if (!m) em__misuse("em_adamw_new_module", "the module is NULL");
+    free(ps);
+    return o;
 }

@@ -42,6 +42,7 @@
 #define EMBER_OPTIM_H
 
 #include "tensor/tensor.h"
+#include "nn/nn.h"   /* em_module: optimizers over a module's parameters */
 
 #ifdef __cplusplus
 extern "C" {
@@ -104,6 +105,10 @@ typedef struct em_adamw_opts {
 em_optimizer *em_sgd_new(em_tensor *const *params, int n, const em_sgd_opts *opts);
 /** AdamW over one group holding params[0..n), as em_sgd_new. */
 em_optimizer *em_adamw_new(em_tensor *const *params, int n, const em_adamw_opts *opts);
+/** SGD(model.parameters()): one group of every parameter of m (em_module_parameters order). */
+em_optimizer *em_sgd_new_module(em_module *m, const em_sgd_opts *opts);
+/** AdamW(model.parameters()): one group of every parameter of m. */
+em_optimizer *em_adamw_new_module(em_module *m, const em_adamw_opts *opts);
 /** Several groups (some may be empty, but not all). */
 em_optimizer *em_sgd_new_groups(const em_param_group *groups, int n_groups, const em_sgd_opts *opts);
 /** AdamW over several groups, as em_sgd_new_groups. */

@@ -12,6 +12,8 @@
  * (fma) where the CPU has FMA, as torch's kernels do (optim_internal.h). */
 #include "optim/optim_internal.h"
 
+#include <stdlib.h>
+
 #include <math.h>
 
 enum { MOM, DAMP };   /* em__group.hp: momentum, dampening */
@@ -155,4 +157,15 @@ em_optimizer *em_sgd_new(em_tensor *const *params, int n, const em_sgd_opts *opt
 em_optimizer *em_sgd_new_groups(const em_param_group *groups, int n_groups, const em_sgd_opts *opts)
 {
     return sgd_new(groups, n_groups, opts, "em_sgd_new_groups");
+}
+
+em_optimizer *em_sgd_new_module(em_module *m, const em_sgd_opts *opts)
+{
+    int n = 0;
+    em_tensor **ps = m ? em_module_parameters(m, &n) : NULL;
+    em_param_group g = {.params = ps, .n_params = n};
+    em_optimizer *o = m ? sgd_new(&g, 1, opts, "em_sgd_new_module") : NULL;
+    if (!m) em__misuse("em_sgd_new_module", "the module is NULL");
+    free(ps);
+    return o;
 }

@@ -470,8 +470,9 @@ START_TEST(test_max_steps_and_free_all)
     em_optimizer *opt = em_sgd_new(p, n, &(em_sgd_opts){ .lr = 0.1 });
     free(p);
     em_scheduler *sched = em_linear_schedule_with_warmup(opt, 1, 10);
-    em_dataloader *dl = loader(ds, 2, false);
+    em_dataloader *dl = loader(ds, 2, false), *eval = loader(ds, 4, false);
     ck_assert_int_eq(em_accelerator_prepare(acc, &m->base, opt, dl, sched), EM_OK);
+    ck_assert_int_eq(em_accelerator_prepare_dataloader(acc, eval), EM_OK);
     int depth = em_scope_depth(), batches = 0, epochs = 0;
     for (int epoch = 0; epoch < 5 && !em_accelerator_reached_max_steps(acc); epoch++, epochs++)
         for (em_batch b; em_accelerator_next(acc, dl, &b);) {
@@ -490,6 +491,9 @@ START_TEST(test_max_steps_and_free_all)
     ck_assert_int_eq(em_scope_depth(), depth);
     for (em_batch b; em_accelerator_next(acc, dl, &b);) ck_abort_msg("a batch past max_steps");
     ck_assert_int_eq(em_scope_depth(), depth);
+    int eval_batches = 0;   /* an evaluation loader (no backward on it) is not stopped */
+    EM_NO_GRAD for (em_batch b; em_accelerator_next(acc, eval, &b);) eval_batches++;
+    ck_assert_int_eq(eval_batches, 10);
     /* early stopping on one process: the trigger is seen once */
     ck_assert(!em_accelerator_check_trigger(acc));
     em_accelerator_set_trigger(acc);

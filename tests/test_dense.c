@@ -130,6 +130,11 @@ START_TEST(callback_dataset_with_workers_covers_every_row)
     em_dataloader_free(dl);
     em_dataset_free(ds);
     ck_assert_int_eq(c.freed, 1);
+    /* owns_dataset: the loader frees it (a failed em_dataloader_new would not) */
+    ck_assert_int_eq(em_callback_dataset_new(40, cb_get, &c, cb_free, &ds), EM_OK);
+    ck_assert_int_eq(em_dataloader_new(ds, &(em_dataloader_opts){.batch_size = 6, .owns_dataset = true}, &dl), EM_OK);
+    em_dataloader_free(dl);
+    ck_assert_int_eq(c.freed, 2);
     ck_assert_int_eq(tu_live_bytes(), base);
 }
 END_TEST

@@ -133,6 +133,15 @@ START_TEST(sequential_and_module_list)
             for (int64_t j = 0; j < 2; j++)
                 ck_assert_double_eq(em_get(got, (int64_t[]){i, j}), em_get(want, (int64_t[]){i, j}));
     }
+    /* nn.Sequential(a, b): the same chain from an array of children */
+    em_module *seq2 = em_nn_sequential_of(2, (em_module *[]){&em_nn_linear_new(3, 4, NULL)->base,
+                                                           &em_nn_gelu_new(false)->base});
+    ck_assert_int_eq(em_module_num_children(seq2), 2);
+    ck_assert_str_eq(em_module_child_at(seq2, 1)->type, "GELU");
+    em_optimizer *opt = em_adamw_new_module(seq2, NULL);   /* AdamW(model.parameters()) */
+    ck_assert_int_eq(em_optimizer_group(opt, 0).n_params, 2);
+    em_optimizer_free(opt);
+    em_module_free(seq2);
     em_module *list = em_nn_module_list_new();
     em_nn_append(list, &em_nn_linear_new(2, 2, NULL)->base);
     em_nn_append(list, &em_nn_layer_norm_new(2, NULL)->base);
