@@ -19,6 +19,7 @@
  * the same work in PyTorch and, given --ember, this program too.
  */
 #include "ember.h"
+#include "bench/bench_util.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,25 +29,6 @@
 enum { BATCH = 256, IN = 1024, HIDDEN = 1024 };
 
 static bool csv, quick;
-
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *t, int n)
-{
-    qsort(t, (size_t)n, sizeof *t, cmp_double);
-    return t[n / 2];
-}
 
 typedef struct config {
     const char *name;
@@ -112,24 +94,24 @@ static result run(const config *c)
     for (int r = -warmup; r < reps; r++) {
         double t0, t1, t2;
         EM_SCOPE {
-            t0 = now();
+            t0 = bench_now();
             em_tensor *loss = forward(c, &m);
-            t1 = now();
+            t1 = bench_now();
             em_backward(loss);
-            t2 = now();
+            t2 = bench_now();
         }
         for (int i = 0; i < 4; i++) em_set_grad(ps[i], NULL);
-        double t3 = now(), t4;
+        double t3 = bench_now(), t4;
         EM_SCOPE {
             EM_NO_GRAD { forward(c, &m); }
-            t4 = now();
+            t4 = bench_now();
         }
         if (r < 0) continue;
         tf[r] = t1 - t0;
         tb[r] = t2 - t1;
         tn[r] = t4 - t3;
     }
-    result res = {median(tf, reps), median(tb, reps), median(tn, reps),
+    result res = {bench_median(tf, reps), bench_median(tb, reps), bench_median(tn, reps),
                   (double)em_memory_stats_get(EM_CPU).peak_bytes / (1 << 20)};
     free_mlp(&m);
     return res;

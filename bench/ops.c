@@ -23,6 +23,7 @@
 #include "tensor/tensor_internal.h"
 
 #include "ember_config.h"
+#include "bench/bench_util.h"
 
 #include <cblas.h>
 #include <immintrin.h>
@@ -43,19 +44,6 @@ bool em__gemm_prefers_onednn(bool trans_a, bool trans_b, int64_t m, int64_t n, i
 
 static bool tsv, quick;
 
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 /* Median seconds of each of n functions on the same ctx, timed round-robin
  * (one call of each per round) so that a busy moment on the machine slows
  * every contender alike and ratios stay fair. 2 warmup calls each, then
@@ -67,9 +55,9 @@ static void median_times(int n, const bench_fn *fns, void *const *ctxs, double *
     double est = 0;
     for (int f = 0; f < n; f++) {
         fns[f](ctxs[f]);
-        double t0 = now();
+        double t0 = bench_now();
         fns[f](ctxs[f]);
-        est = fmax(est, now() - t0);
+        est = fmax(est, bench_now() - t0);
     }
     int reps = est > 0 ? (int)(0.4 / est) : MAX_ROUNDS;
     int lo = quick ? 3 : 5, hi = quick ? 9 : MAX_ROUNDS;
@@ -77,12 +65,12 @@ static void median_times(int n, const bench_fn *fns, void *const *ctxs, double *
     double t[4][MAX_ROUNDS];
     for (int r = 0; r < reps; r++)
         for (int f = 0; f < n; f++) {
-            double t0 = now();
+            double t0 = bench_now();
             fns[f](ctxs[f]);
-            t[f][r] = now() - t0;
+            t[f][r] = bench_now() - t0;
         }
     for (int f = 0; f < n; f++) {
-        qsort(t[f], (size_t)reps, sizeof(double), cmp_double);
+        qsort(t[f], (size_t)reps, sizeof(double), bench_cmp_double);
         out[f] = t[f][reps / 2];
     }
 }
@@ -111,10 +99,10 @@ static double measured_peak(void)
     if (!__builtin_cpu_supports("avx512f")) return 0;
     long iters = quick ? 5000000 : 40000000;
     fma_loop_avx512(iters / 10);
-    double t0 = now();
+    double t0 = bench_now();
     volatile double s = fma_loop_avx512(iters);
     (void)s;
-    double t = now() - t0;
+    double t = bench_now() - t0;
     return 2.0 * 16 * 12 * (double)iters * omp_get_max_threads() / t / 1e9;
 }
 
@@ -388,13 +376,13 @@ static void bench_overhead(void)
     for (int which = 0; which < 2; which++) {
         double t[7];
         for (int r = 0; r < reps; r++) {
-            double t0 = now();
+            double t0 = bench_now();
             for (int i = 0; i < n; i++)
                 EM_SCOPE {
                     if (which == 0) em_add(a, b);
                     else em_transpose(a, 0, 0);
                 }
-            t[r] = (now() - t0) / n * 1e9;
+            t[r] = (bench_now() - t0) / n * 1e9;
         }
         for (int i = 1; i < reps; i++)   /* insertion sort for the median */
             for (int j = i; j > 0 && t[j] < t[j - 1]; j--) { double x = t[j]; t[j] = t[j - 1]; t[j - 1] = x; }

@@ -14,24 +14,12 @@
  */
 #include "ember.h"
 #include "distributed/distributed.h"
+#include "bench/bench_util.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 static void die(const char *what)
 {
@@ -87,10 +75,10 @@ int main(int argc, char **argv)
         }
         em_pg_all_reduce(pg, t, EM_RED_SUM);   /* second warmup */
         /* about 1 s per size (0.3 with --quick), 5..50 repetitions, agreed by all ranks */
-        double t0 = now();
+        double t0 = bench_now();
         em_pg_barrier(pg);
         em_pg_all_reduce(pg, t, EM_RED_SUM);
-        em_tensor *est = em_scalar(now() - t0, EM_F64, EM_CPU);
+        em_tensor *est = em_scalar(bench_now() - t0, EM_F64, EM_CPU);
         em_pg_all_reduce(pg, est, EM_RED_MAX);
         double one = em_item(est);
         em_release(est);
@@ -100,17 +88,17 @@ int main(int argc, char **argv)
         for (int r = 0; r < reps; r++) {
             if (em_pg_barrier(pg) != EM_OK)
                 die("barrier");
-            double a = now();
+            double a = bench_now();
             if (em_pg_all_reduce(pg, t, EM_RED_SUM) != EM_OK)
                 die("all_reduce");
-            times[r] = now() - a;
+            times[r] = bench_now() - a;
         }
         /* the slowest rank's time is the collective's time */
         em_tensor *tt = em_from_data(times, 1, (int64_t[]){reps}, EM_F64);
         em_pg_all_reduce(pg, tt, EM_RED_MAX);
         memcpy(times, em_data_ptr(tt), sizeof(double) * (size_t)reps);
         em_release(tt);
-        qsort(times, (size_t)reps, sizeof(double), cmp_double);
+        qsort(times, (size_t)reps, sizeof(double), bench_cmp_double);
         double med = times[reps / 2];
         double algbw = (double)bytes / med / 1e9;
         double bus = world > 1 ? 2.0 * (world - 1) / world : 1.0, busbw = algbw * bus;

@@ -16,6 +16,7 @@
  * Usage: bench_amp [--matmul] [--train] [--config A|B] [--steps N] [--csv] [--cpu-time]
  */
 #include "ember.h"
+#include "bench/bench_util.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,24 +29,7 @@ static bool csv;
  * (EM_NUM_THREADS=1), where waiting for a core would swamp wall times. */
 static clockid_t clock_id = CLOCK_MONOTONIC;
 
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(clock_id, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return v[n / 2];
-}
+static double now(void) { return bench_clock_s(clock_id); }
 
 /* ---- matmul ------------------------------------------------------------------------------- */
 typedef struct shape {
@@ -85,7 +69,7 @@ static double time_matmul(const shape *s, em_dtype dt)
         if (r >= 0) t[reps++] = dt_, total += dt_;
     }
     em_scope_end();
-    return median(t, reps);
+    return bench_median(t, reps);
 }
 
 static void bench_matmul(void)
@@ -160,7 +144,7 @@ static double train(const config *c, bool bf16, int steps, double *loss)
         em_module_zero_grad(&m->base, false);
         if (r >= 0) t[r] = now() - t0;
     }
-    double med = median(t, steps);
+    double med = bench_median(t, steps);
     em_release(input_ids), em_release(labels);
     em_optimizer_free(opt);
     em_named_tensors_free(&ps);

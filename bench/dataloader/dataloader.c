@@ -12,30 +12,13 @@
  * the order, so it must equal the peer's.
  * Usage: bench_dataloader [--vocab FILE] [--sst2 FILE] [--epochs N] [--batch B] */
 #include "data/data.h"
+#include "bench/bench_util.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-static double clock_s(clockid_t c)
-{
-    struct timespec ts;
-    clock_gettime(c, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-static double now(void) { return clock_s(CLOCK_MONOTONIC); }
-static double cpu_now(void) { return clock_s(CLOCK_THREAD_CPUTIME_ID); }
-
-static const char *shared(const char *rel)
-{
-    static char buf[2][1024];
-    static int k;
-    const char *root = getenv("EMBER_SHARED_DATA");
-    char *b = buf[k++ % 2];
-    snprintf(b, sizeof buf[0], "%s/%s", root && *root ? root : "../shared/data", rel);
-    return b;
-}
 
 static int die(const char *what)
 {
@@ -45,7 +28,7 @@ static int die(const char *what)
 
 int main(int argc, char **argv)
 {
-    const char *vocab = shared("bert-base-uncased/vocab.txt"), *sst2 = shared("sst2/train.tsv");
+    const char *vocab = bench_shared("bert-base-uncased/vocab.txt"), *sst2 = bench_shared("sst2/train.tsv");
     int epochs = 3, batch = 32;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--vocab") && i + 1 < argc) vocab = argv[++i];
@@ -62,11 +45,11 @@ int main(int argc, char **argv)
     em_dataset *ds;
     if (em_tokenizer_load(vocab, NULL, &tok) != EM_OK) return die(vocab);
     if (em_table_read_tsv(sst2, NULL, &table) != EM_OK) return die(sst2);
-    double t0 = now();
+    double t0 = bench_now();
     if (em_tokenized_dataset_new(table, tok, &(em_tokenized_opts){ .text_a = "sentence", .label = "label",
                                                                    .max_length = 128 }, &ds) != EM_OK)
         return die("tokenize");
-    double t_tok = now() - t0;
+    double t_tok = bench_now() - t0;
     int64_t n = em_dataset_len(ds);
     printf("ember dataloader: SST-2 train, %lld sentences tokenized in %.2f s (%d threads); batch %d, shuffle\n",
            (long long)n, t_tok, em_num_threads(), batch);
@@ -83,7 +66,7 @@ int main(int argc, char **argv)
         for (int e = 0; e < epochs; e++) {
             id_sum = tokens = padded = 0;
             nb = 0;
-            double w0 = now(), c0 = cpu_now();
+            double w0 = bench_now(), c0 = bench_cpu_now();
             em_batch b;
             for (;;) {
                 em_scope_begin();   /* one scope per batch, as a training loop */
@@ -101,7 +84,7 @@ int main(int argc, char **argv)
                 em_scope_end();
             }
             if (em_dataloader_status(dl) != EM_OK) return die("next");
-            double dt = now() - w0, dc = cpu_now() - c0;
+            double dt = bench_now() - w0, dc = bench_cpu_now() - c0;
             if (dt < best) best = dt;
             if (dc < best_cpu) best_cpu = dc;
         }

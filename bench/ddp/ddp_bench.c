@@ -18,18 +18,14 @@
 #include "ember.h"
 #include "distributed/ddp_internal.h"
 #include "distributed/distributed.h"
+#include "bench/bench_util.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return 1e3 * (double)ts.tv_sec + 1e-6 * (double)ts.tv_nsec;
-}
+static double now_ms(void) { return 1e3 * bench_now(); }
 
 static uint64_t mix(uint64_t *s)
 {
@@ -37,18 +33,6 @@ static uint64_t mix(uint64_t *s)
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);
-}
-
-static int cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_d);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 enum { T_STEP, T_FWD, T_BWD, T_FINISH, T_OPT, T_N };
@@ -152,7 +136,7 @@ int main(int argc, char **argv)
         for (int k = 0; k < T_N; k++) t[k][s - warmup] = v[k];
     }
     double med[T_N];
-    for (int k = 0; k < T_N; k++) med[k] = median(t[k], steps);
+    for (int k = 0; k < T_N; k++) med[k] = bench_median(t[k], steps);
     if (rank == 0) {
         printf("bench_ddp: DistilBERT dim 256, %d layers, 4 heads, ffn 1024, vocab 30522 (%.2fM parameters), "
                "seq %d, global batch %d\n", layers, (double)n_params / 1e6, seq, batch);

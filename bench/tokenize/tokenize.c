@@ -5,35 +5,18 @@
  * specials, as tokenize_peer.py does, and the checksum (sum of all ids) must
  * match the peer's. Usage: bench_tokenize [--vocab FILE] [--sst2 FILE] [--mb N] */
 #include "data/data.h"
+#include "bench/bench_util.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-static double clock_s(clockid_t c)
-{
-    struct timespec ts;
-    clock_gettime(c, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-static double now(void) { return clock_s(CLOCK_MONOTONIC); }
 /* CPU time of this thread: steadier than wall time on a loaded machine. */
-static double cpu_now(void) { return clock_s(CLOCK_THREAD_CPUTIME_ID); }
-
-static const char *shared(const char *rel)
-{
-    static char buf[2][1024];
-    static int k;
-    const char *root = getenv("EMBER_SHARED_DATA");
-    char *b = buf[k++ % 2];
-    snprintf(b, sizeof buf[0], "%s/%s", root && *root ? root : "../shared/data", rel);
-    return b;
-}
 
 int main(int argc, char **argv)
 {
-    const char *vocab = shared("bert-base-uncased/vocab.txt"), *sst2 = shared("sst2/train.tsv");
+    const char *vocab = bench_shared("bert-base-uncased/vocab.txt"), *sst2 = bench_shared("sst2/train.tsv");
     double mb = 4;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--vocab") && i + 1 < argc) vocab = argv[++i];
@@ -78,14 +61,14 @@ int main(int argc, char **argv)
     for (int rep = 0; rep < 3; rep++) {
         tokens = 0;
         checksum = 0;
-        double t0 = now(), c0 = cpu_now();
+        double t0 = bench_now(), c0 = bench_cpu_now();
         for (size_t i = 0; i < n; i++) {
             if (em_tokenizer_encode(t, texts[i], NULL, &e) != EM_OK) { fprintf(stderr, "%s\n", em_last_error()); return 1; }
             tokens += e.len - 2;
             for (int k = 0; k < e.len; k++) checksum += (unsigned)e.ids[k];
             em_encoding_free(&e);
         }
-        double dt = now() - t0, dc = cpu_now() - c0;
+        double dt = bench_now() - t0, dc = bench_cpu_now() - c0;
         if (dt < best) best = dt;
         if (dc < best_cpu) best_cpu = dc;
     }
@@ -99,12 +82,12 @@ int main(int argc, char **argv)
         if (threads == 2 && nt == 1) break;
         double bb = 1e30;
         for (int rep = 0; rep < 3; rep++) {
-            double t0 = now();
+            double t0 = bench_now();
             if (em_tokenizer_encode_batch(t, (int)n, texts, NULL, &(em_encode_opts){ .num_threads = nt }, out) != EM_OK) {
                 fprintf(stderr, "%s\n", em_last_error());
                 return 1;
             }
-            double dt = now() - t0;
+            double dt = bench_now() - t0;
             if (dt < bb) bb = dt;
             for (size_t i = 0; i < n; i++) em_encoding_free(&out[i]);
         }

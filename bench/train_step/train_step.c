@@ -22,6 +22,7 @@
  */
 #include "ember.h"
 #include "optim/optim.h"
+#include "bench/bench_util.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,29 +44,6 @@ static const config configs[] = {
 };
 
 static bool csv;
-
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-    double *c = malloc(sizeof *c * (size_t)n);
-    memcpy(c, v, sizeof *c * (size_t)n);
-    qsort(c, (size_t)n, sizeof *c, cmp_double);
-    double m = c[n / 2];
-    free(c);
-    return m;
-}
 
 static int run(const config *c, int steps)
 {
@@ -106,31 +84,31 @@ static int run(const config *c, int steps)
     double loss = 0;
     em_memory_reset_peak(EM_CPU);
     for (int r = -warmup; r < n; r++) {
-        double t0 = now(), t1, t2;
+        double t0 = bench_now(), t1, t2;
         EM_SCOPE {
             em_seqcls_output o = em_distilbert_seqcls_forward(m, &(em_seqcls_inputs){input_ids, mask, NULL, labels});
-            t1 = now();
+            t1 = bench_now();
             em_backward(o.loss);
             loss = em_item(o.loss);
         }
-        t2 = now();
+        t2 = bench_now();
         em_optimizer_step(opt);
         em_scheduler_step(sched);
         em_module_zero_grad(&m->base, false);
-        double t3 = now();
+        double t3 = bench_now();
         if (r >= 0) t_step[r] = t3 - t0, t_fwd[r] = t1 - t0, t_bwd[r] = t2 - t1, t_opt[r] = t3 - t2;
     }
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
-    double step = median(t_step, n), tok = (double)(B * S) / step;
+    double step = bench_median(t_step, n), tok = (double)(B * S) / step;
     em_memory_stats ms = em_memory_stats_get(EM_CPU);
     if (csv)
         printf("train_step,%s,%.3f,%.1f,%.3f,%.3f,%.3f,%.1f,%.1f,%lld,%.6f\n", c->name, 1e3 * step, tok,
-               1e3 * median(t_fwd, n), 1e3 * median(t_bwd, n), 1e3 * median(t_opt, n), ru.ru_maxrss / 1024.0,
+               1e3 * bench_median(t_fwd, n), 1e3 * bench_median(t_bwd, n), 1e3 * bench_median(t_opt, n), ru.ru_maxrss / 1024.0,
                (double)ms.peak_bytes / (1 << 20), (long long)em_module_num_parameters(&m->base, false), loss);
     else
         printf("%-6s %9.1f %10.0f %8.1f %8.1f %8.1f %10.0f %10.0f %12lld\n", c->name, 1e3 * step, tok,
-               1e3 * median(t_fwd, n), 1e3 * median(t_bwd, n), 1e3 * median(t_opt, n), ru.ru_maxrss / 1024.0,
+               1e3 * bench_median(t_fwd, n), 1e3 * bench_median(t_bwd, n), 1e3 * bench_median(t_opt, n), ru.ru_maxrss / 1024.0,
                (double)ms.peak_bytes / (1 << 20), (long long)em_module_num_parameters(&m->base, false));
     fflush(stdout);
     em_release(input_ids), em_release(mask), em_release(labels);
