@@ -14,6 +14,7 @@
  * cross-entropy on a 0/1 label. References are built with plain ember calls
  * (no accelerator) on the concatenated big batch. */
 #include "check_util.h"
+#include "toy_model.h"
 #include "distributed/distributed.h"
 
 #include <dirent.h>
@@ -25,7 +26,6 @@
 #include <unistd.h>
 
 /* ---- the toy dataset ------------------------------------------------------------- */
-#define FEAT 4
 typedef struct toy_ds {
     em_dataset base;
     int64_t n;
@@ -65,52 +65,6 @@ static toy_ds *toy_new(int64_t n, uint64_t seed)
     return t;
 }
 
-/* ---- the toy model ------------------------------------------------------------------ */
-typedef struct toy_model {
-    em_module base;
-    em_nn_linear *l1, *l2;
-    em_nn_dropout *drop;
-} toy_model;
-
-static toy_model *toy_model_new(double p_drop)
-{
-    toy_model *m = calloc(1, sizeof *m);
-    em_module_init(&m->base, "Toy", NULL);
-    m->l1 = (em_nn_linear *)em_module_register_child(&m->base, "l1", &em_nn_linear_new(FEAT, 8, NULL)->base);
-    m->drop = (em_nn_dropout *)em_module_register_child(&m->base, "drop", &em_nn_dropout_new(p_drop)->base);
-    m->l2 = (em_nn_linear *)em_module_register_child(&m->base, "l2", &em_nn_linear_new(8, 2, NULL)->base);
-    return m;
-}
-
-/* Mean cross-entropy of the batch (owned by the current scope). */
-static em_tensor *toy_loss(toy_model *m, em_tensor *input_ids, em_tensor *labels)
-{
-    em_tensor *x = em_mul_scalar(em_to_dtype(input_ids, EM_F32), 0.1);
-    em_tensor *h = em_nn_dropout_forward(m->drop, em_tanh(em_nn_linear_forward(m->l1, x)));
-    return em_cross_entropy_loss(em_nn_linear_forward(m->l2, h), labels, NULL);
-}
-
-static em_tensor **params_of(toy_model *m, int *n)
-{
-    em_named_tensors ps = em_module_named_parameters(&m->base);
-    em_tensor **out = malloc(sizeof(em_tensor *) * (size_t)ps.n);
-    for (int i = 0; i < ps.n; i++) out[i] = ps.items[i].tensor;
-    *n = ps.n;
-    em_named_tensors_free(&ps);
-    return out;
-}
-
-/* All parameters as one malloc'd f32 array (the flat buffer's contents). */
-static float *snapshot(toy_model *m, int64_t *count)
-{
-    em_tensor *flat = em_module_flat_params(&m->base, EM_F32);
-    ck_assert_ptr_nonnull(flat);
-    int64_t n = em_numel(flat);
-    float *out = malloc(sizeof(float) * (size_t)n);
-    memcpy(out, em_data_ptr(flat), sizeof(float) * (size_t)n);
-    *count = n;
-    return out;
-}
 
 /* A copy of m's parameter values into a second model (same architecture). */
 static void copy_params(toy_model *dst, toy_model *src)
