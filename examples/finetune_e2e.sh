@@ -159,6 +159,11 @@ minilm)
         fail "classify exited $?"
     cat "$work/c.out"
     [ "$(awk '{print $3}' "$work/c.out" | tr '\n' ' ')" = "positive negative " ] || fail "classify's labels are wrong"
+    # bf16 autocast inference: the same labels, logits within 0.1 of f32's
+    printf 'a truly wonderful film\nthe plot was awful\n' | "$classify" --model_dir "$work/out" --mixed_precision bf16 \
+        >"$work/c16.out" || fail "classify --mixed_precision bf16 exited $?"
+    paste "$work/c.out" "$work/c16.out" | awk '$3 != $6 || ($1-$4)^2 > 0.01 || ($2-$5)^2 > 0.01 { bad = 1 } END { exit bad }' ||
+        { cat "$work/c16.out"; fail "bf16 inference disagrees with f32"; }
     expect_fail "classify on the head-less MiniLM" "has no trained classification head" "$classify" --model_dir "$model"
     ;;
 *) fail "unknown mode $mode" ;;
