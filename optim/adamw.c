@@ -222,11 +222,8 @@ em_optimizer *em_adamw_new_groups(const em_param_group *groups, int n_groups, co
 
 em_optimizer *em_adamw_new_module(em_module *m, const em_adamw_opts *opts)
 {
-    int n = 0;
-    em_tensor **ps = m ? em_module_parameters(m, &n) : NULL;
-    em_param_group g = {.params = ps, .n_params = n};
+    em_param_group g = em__module_group(m, "em_adamw_new_module");
     em_optimizer *o = m ? adamw_new(&g, 1, opts, "em_adamw_new_module") : NULL;
-    if (!m) em__misuse("em_adamw_new_module", "the module is NULL");
-    free(ps);
+    free((void *)g.params);
     return o;
 }

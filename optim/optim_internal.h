@@ -98,6 +98,9 @@ struct em_optimizer {
  * function for misuse messages. NULL on OOM or misuse. */
 em_optimizer *em__optimizer_new(const em__optim_kind *k, const em__group *defaults, bool flag, bool maximize,
                                 const em_param_group *groups, int n_groups, const char *op);
+/* One group of every parameter of m (em_module_parameters; free() .params),
+ * for the *_new_module constructors; misuse in op when m is NULL. */
+em_param_group em__module_group(em_module *m, const char *op);
 /* v, except that +0 means "default" and -0 (EM_ZERO) means 0. */
 double em__opt_value(double v, double def);
 

@@ -362,6 +362,14 @@ em_param_group em_optimizer_group(const em_optimizer *o, int g)
     return pg;
 }
 
+em_param_group em__module_group(em_module *m, const char *op)
+{
+    int n = 0;
+    if (!m) em__misuse(op, "the module is NULL");
+    em_tensor **ps = m ? em_module_parameters(m, &n) : NULL;
+    return (em_param_group){.params = ps, .n_params = n};
+}
+
 em_tensor **em_optimizer_grads(const em_optimizer *o, int *n)
 {
     *n = 0;
