@@ -217,7 +217,7 @@ static em_bert_seqcls *seqcls_build(const em_bert_config *cfg)
     return s;
 }
 
-static em_module *build(const void *cfg, em__head head)
+static em_module *build(const void *cfg, em__head head, bool init)
 {
     em_module *m = NULL;
     if (head == EM__HEAD_SEQCLS) {
@@ -228,16 +228,16 @@ static em_module *build(const void *cfg, em__head head)
         if (b) m = &b->base;
     }
     if (m) {
-        em__hf_init(m, em_bert_config_resolve(cfg).initializer_range);
+        if (init) em__hf_init(m, em_bert_config_resolve(cfg).initializer_range);
         m->family = &em__bert_arch, m->family_head = head;   /* what save_pretrained and em_seqcls_* read */
     }
     return m;
 }
 
-em_bert_model *em_bert_model_new(const em_bert_config *cfg) { return (em_bert_model *)em__flattened(build(cfg, EM__HEAD_BASE)); }
+em_bert_model *em_bert_model_new(const em_bert_config *cfg) { return (em_bert_model *)em__flattened(build(cfg, EM__HEAD_BASE, true)); }
 em_bert_seqcls *em_bert_seqcls_new(const em_bert_config *cfg)
 {
-    return (em_bert_seqcls *)em__flattened(build(cfg, EM__HEAD_SEQCLS));
+    return (em_bert_seqcls *)em__flattened(build(cfg, EM__HEAD_SEQCLS, true));
 }
 const em_bert_config *em_bert_model_config(const em_bert_model *m) { return &m->config; }
 
@@ -440,6 +440,8 @@ static em_seqcls_output seqcls_forward(em_module *m, const em_seqcls_inputs *in)
     return em_bert_seqcls_forward((em_bert_seqcls *)m, in);
 }
 
+static double init_std(const void *cfg) { return em_bert_config_resolve(cfg).initializer_range; }
+
 const em__arch em__bert_arch = {
     .model_type = "bert",
     .prefix = "bert",
@@ -448,6 +450,7 @@ const em__arch em__bert_arch = {
     .parse = parse,
     .write = write,
     .build = build,
+    .init_std = init_std,
     .config_of = config_of,
     .class_prefix = "Bert",
     .config_labels = config_labels,

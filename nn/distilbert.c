@@ -159,7 +159,7 @@ static em_distilbert_seqcls *seqcls_build(const em_distilbert_config *cfg)
 
 /* Builds an initialized model of either head, not yet flattened (the loader
  * fills it first). cfg is an em_distilbert_config. */
-static em_module *build(const void *cfg, em__head head)
+static em_module *build(const void *cfg, em__head head, bool init)
 {
     em_module *m = NULL;
     if (head == EM__HEAD_SEQCLS) {
@@ -170,7 +170,7 @@ static em_module *build(const void *cfg, em__head head)
         if (b) m = &b->base;
     }
     if (m) {
-        em__hf_init(m, em_distilbert_config_resolve(cfg).initializer_range);
+        if (init) em__hf_init(m, em_distilbert_config_resolve(cfg).initializer_range);
         m->family = &em__distilbert_arch, m->family_head = head;   /* what save_pretrained and em_seqcls_* read */
     }
     return m;
@@ -178,12 +178,12 @@ static em_module *build(const void *cfg, em__head head)
 
 em_distilbert_model *em_distilbert_model_new(const em_distilbert_config *cfg)
 {
-    return (em_distilbert_model *)em__flattened(build(cfg, EM__HEAD_BASE));
+    return (em_distilbert_model *)em__flattened(build(cfg, EM__HEAD_BASE, true));
 }
 
 em_distilbert_seqcls *em_distilbert_seqcls_new(const em_distilbert_config *cfg)
 {
-    return (em_distilbert_seqcls *)em__flattened(build(cfg, EM__HEAD_SEQCLS));
+    return (em_distilbert_seqcls *)em__flattened(build(cfg, EM__HEAD_SEQCLS, true));
 }
 
 /* ---- forward ------------------------------------------------------------------------------ */
@@ -343,6 +343,8 @@ static em_seqcls_output seqcls_forward(em_module *m, const em_seqcls_inputs *in)
     return em_distilbert_seqcls_forward((em_distilbert_seqcls *)m, in);
 }
 
+static double init_std(const void *cfg) { return em_distilbert_config_resolve(cfg).initializer_range; }
+
 const em__arch em__distilbert_arch = {
     .model_type = "distilbert",
     .prefix = "distilbert",
@@ -351,6 +353,7 @@ const em__arch em__distilbert_arch = {
     .parse = parse,
     .write = write,
     .build = build,
+    .init_std = init_std,
     .config_of = config_of,
     .class_prefix = "DistilBert",
     .config_labels = config_labels,

@@ -279,24 +279,39 @@ em_tensor *em_nn_activation_forward(em_nn_activation *a, em_tensor *x) { return 
 
 /* ---- Hugging Face init ---------------------------------------------------------------------------- */
 
+typedef struct hf_init_ctx {
+    double std;
+    em_tensor *const *only;   /* NULL: every parameter */
+    int n_only;
+} hf_init_ctx;
+
+static bool wanted(const hf_init_ctx *c, const em_tensor *t)
+{
+    if (!t) return false;
+    if (!c->only) return true;
+    for (int i = 0; i < c->n_only; i++)
+        if (c->only[i] == t) return true;
+    return false;
+}
+
 static void hf_init_one(em_module *m, void *user)
 {
-    double std = *(double *)user;
+    const hf_init_ctx *c = user;
     EM_NO_GRAD {
         if (!strcmp(m->type, "Linear")) {
             em_nn_linear *l = (em_nn_linear *)m;
-            em_normal_(l->weight, 0.0, std);
-            if (l->bias) em_fill_(l->bias, 0.0);
+            if (wanted(c, l->weight)) em_normal_(l->weight, 0.0, c->std);
+            if (wanted(c, l->bias)) em_fill_(l->bias, 0.0);
         } else if (!strcmp(m->type, "Embedding")) {
             em_nn_embedding *e = (em_nn_embedding *)m;
-            if (!e->frozen) {
-                em_normal_(e->weight, 0.0, std);
+            if (!e->frozen && wanted(c, e->weight)) {
+                em_normal_(e->weight, 0.0, c->std);
                 if (e->padding_idx >= 0) EM_SCOPE { em_fill_(em_select(e->weight, 0, e->padding_idx), 0.0); }
             }
         } else if (!strcmp(m->type, "LayerNorm")) {
             em_nn_layer_norm *ln = (em_nn_layer_norm *)m;
-            if (ln->weight) em_fill_(ln->weight, 1.0);
-            if (ln->bias) em_fill_(ln->bias, 0.0);
+            if (wanted(c, ln->weight)) em_fill_(ln->weight, 1.0);
+            if (wanted(c, ln->bias)) em_fill_(ln->bias, 0.0);
         }
     }
 }
@@ -304,5 +319,12 @@ static void hf_init_one(em_module *m, void *user)
 void em__hf_init(em_module *m, double std)
 {
     /* torch's apply order: children first, so the draws follow registration order */
-    em_module_apply(m, hf_init_one, &std);
+    hf_init_ctx c = {.std = std};
+    em_module_apply(m, hf_init_one, &c);
+}
+
+void em__hf_init_only(em_module *m, double std, em_tensor *const *only, int n)
+{
+    hf_init_ctx c = {.std = std, .only = only, .n_only = n};
+    if (n > 0) em_module_apply(m, hf_init_one, &c);
 }

@@ -76,6 +76,10 @@ void em__dropout_key(int64_t n, uint64_t *seed, uint64_t *offset);
  * and bias 0; Embedding N(0, std) with the padding row zeroed (frozen
  * embeddings are left alone); LayerNorm weight 1, bias 0. */
 void em__hf_init(em_module *m, double std);
+/* The same for the n tensors of only (parameters of m) and no other: what
+ * from_pretrained initializes after loading, the tensors the checkpoint did
+ * not have (HF initializes missing weights only). Draws in registration order. */
+void em__hf_init_only(em_module *m, double std, em_tensor *const *only, int n);
 
 /* ---- architectures (pretrained.c drives them) ------------------------------------------ */
 typedef enum em__head { EM__HEAD_BASE = 0, EM__HEAD_SEQCLS } em__head;
@@ -107,8 +111,13 @@ typedef struct em__arch {
     em_status (*parse)(const cJSON *json, const char *path, void *cfg);
     /* Adds the family's fields to json (model_type, architectures and labels are added by the caller). */
     bool (*write)(cJSON *json, const em_module *m);
-    /* Builds a freshly initialized model (unflattened); NULL on OOM or EM_ERR_INVALID for a bad config. */
-    em_module *(*build)(const void *cfg, em__head head);
+    /* Builds a model (unflattened), freshly initialized when init (HF's
+     * _init_weights); without it the parameters are left for the caller to
+     * fill (from_pretrained loads them, then initializes only the missing
+     * ones). NULL on OOM or EM_ERR_INVALID for a bad config. */
+    em_module *(*build)(const void *cfg, em__head head, bool init);
+    /* The config's initializer_range (the std of HF's normal init). */
+    double (*init_std)(const void *cfg);
     /* The resolved config of a model of this family. */
     const void *(*config_of)(const em_module *m);
     /* The prefix of its class names in config.json's "architectures" (a

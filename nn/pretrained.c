@@ -390,6 +390,17 @@ static em_status load_state(em_module *m, const em__arch *arch, em__head head, c
     for (int k = 0; !s && k < n_model; k++)
         if (!loaded[k] && r && !list_push(&r->missing, &r->n_missing, k < ps.n ? ps.items[k].name : bs.items[k - ps.n].name))
             s = em__fail(EM_ERR_OOM, "out of memory");
+    /* HF's _init_weights on the parameters the checkpoint did not fill (a new head, a
+     * re-sized one), in registration order; the rest were never initialized at all */
+    if (!s) {
+        em_tensor **missing = em__malloc(sizeof *missing * (size_t)(ps.n ? ps.n : 1));
+        int n_missing = 0;
+        for (int k = 0; missing && k < ps.n; k++)
+            if (!loaded[k]) missing[n_missing++] = ps.items[k].tensor;
+        if (!missing) s = em__fail(EM_ERR_OOM, "out of memory");
+        else em__hf_init_only(m, arch->init_std(arch->config_of(m)), missing, n_missing);
+        em__free(missing);
+    }
     if (!s && o->strict) {
         int n_missing = 0, n_unexpected = 0;
         const char *first_missing = NULL, *first_unexpected = NULL;
@@ -502,7 +513,8 @@ em_status em__from_pretrained(const em__families *families, const char *dir, con
     }
     if (!s) s = check_model_size(arch, cfg, o.num_labels ? o.num_labels : cfg_labels, cfg_path);
     if (!s) s = ckpt_open(dir, &c);
-    if (!s && !(m = arch->build(cfg, head))) s = em_last_status() ? em_last_status() : EM_ERR_OOM;
+    /* built uninitialized: the checkpoint fills it, then only what it lacked is initialized */
+    if (!s && !(m = arch->build(cfg, head, false))) s = em_last_status() ? em_last_status() : EM_ERR_OOM;
     if (!s && report && !(r.model_class = em__strdup(arch->class_name[head]))) s = em__fail(EM_ERR_OOM, "out of memory");
     if (!s) s = load_state(m, arch, head, &c, dir, &o, report ? &r : NULL);
     if (!s && head == EM__HEAD_SEQCLS && (!o.num_labels || o.num_labels == cfg_labels)) {
