@@ -1074,11 +1074,8 @@ START_TEST(test_warn_mixed_precision_without_autocast)
         ck_assert_int_eq(tu_count_of(err, "no autocast region has run yet"), wrapped ? 0 : 1);
         ck_assert_int_eq(tu_count_of(err, "EM_AUTOCAST(acc)"), wrapped ? 0 : 1);
         free(err);
-        em_accelerator_free(acc);
-        em_dataloader_free(dl);
-        em_optimizer_free(opt);
+        em_accelerator_free_all(acc);   /* and the model, optimizer and loader prepared on it */
         free(p);
-        em_module_free(&m->base);
         em_dataset_free(&ds->base);
     }
 }
@@ -1114,12 +1111,8 @@ START_TEST(test_warn_prepare_twice)
     ck_assert_int_eq(tu_count_of(err, "this dataloader was already prepared"), 1);
     ck_assert_int_eq(tu_count_of(err, "this scheduler was already prepared"), 1);
     free(err);
-    em_accelerator_free(acc);
-    em_dataloader_free(dl);
-    em_scheduler_free(sched);
-    em_optimizer_free(opt);
+    em_accelerator_free_all(acc);   /* each object once, though prepared four times */
     free(p);
-    em_module_free(&m->base);
     em_dataset_free(&ds->base);
 }
 END_TEST
