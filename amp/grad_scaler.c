@@ -8,16 +8,16 @@
  * per key instead of torch's per-device map).
  *
  * Unscaling takes the gradient tensors it is given (amp/ calls neither
- * autograd nor optim; the loop's owner collects them): a
- * run of gradients that are adjacent contiguous views of one storage (a flat
- * gradient buffer) is ONE OpenMP pass that multiplies by inv_scale and flags
- * non-finite values, as torch's _amp_foreach_non_finite_check_and_unscale_
- * does per tensor. Contiguous f32/f64 gradients on a device with a fused
- * unscale (CUDA, em_backend.unscale) go to it in one call per device: one
- * kernel over all of them and one read of its found_inf flag. Gradients
- * elsewhere (odd strides, other dtypes) go through ordinary ops.
+ * autograd nor optim; the loop's owner collects them). Contiguous f32/f64
+ * gradients go to the op UNSCALE (tensor/fused.h), one call per stretch of
+ * gradients on one device: one kernel over all of them and one read of its
+ * found_inf flag, as torch's _amp_foreach_non_finite_check_and_unscale_. A
+ * run of gradients that are adjacent views of one storage (a flat gradient
+ * buffer) is passed as one view, so the CPU kernel makes one OpenMP pass.
+ * Gradients with odd strides or other dtypes go through ordinary ops.
  */
 #include "amp/amp.h"
+#include "tensor/fused.h"
 #include "tensor/tensor_internal.h"
 
 #include <errno.h>
@@ -142,54 +142,7 @@ em_tensor *em_grad_scaler_scale(em_grad_scaler *s, em_tensor *loss)
 }
 
 /* ---- unscale ---------------------------------------------------------------------------- */
-#define GRAIN 32768
-
-/* Multiplies n f32 values by inv in place; true when one was inf or NaN
- * (detected on the exponent bits, so the loop vectorizes). */
-static bool unscale_f32(float *p, int64_t n, float inv)
-{
-    unsigned bad = 0;
-    bool mul = inv != 1.0f;
-#pragma omp parallel for reduction(| : bad) schedule(static) if (n >= 2 * GRAIN)
-    for (int64_t i = 0; i < n; i++) {
-        float v = p[i];
-        uint32_t u;
-        memcpy(&u, &v, 4);
-        bad |= (u & 0x7f800000u) == 0x7f800000u;
-        if (mul) p[i] = v * inv;
-    }
-    return bad != 0;
-}
-
-static bool unscale_f64(double *p, int64_t n, float inv)
-{
-    unsigned bad = 0;
-    double d = (double)inv;
-    bool mul = inv != 1.0f;
-#pragma omp parallel for reduction(| : bad) schedule(static) if (n >= 2 * GRAIN)
-    for (int64_t i = 0; i < n; i++) {
-        double v = p[i];
-        uint64_t u;
-        memcpy(&u, &v, 8);
-        bad |= (u & 0x7ff0000000000000ull) == 0x7ff0000000000000ull;
-        if (mul) p[i] = v * d;
-    }
-    return bad != 0;
-}
-
-static bool unscale_span(void *p, em_dtype dt, int64_t n, float inv)
-{
-    return dt == EM_F32 ? unscale_f32(p, n, inv) : unscale_f64(p, n, inv);
-}
-
-/* A gradient the flat path takes: on the CPU, contiguous, f32 or f64 (the
- * dtypes an optimizer's parameters, and so their gradients, have). */
-static bool flat_ok(em_tensor *g)
-{
-    return g->device.type == EM_DEVICE_CPU && em_is_contiguous(g) && (g->dtype == EM_F32 || g->dtype == EM_F64);
-}
-
-/* Through ops (another device, odd strides): non-finite iff g*0 has a NaN,
+/* Through ops (odd strides, other dtypes): non-finite iff g*0 has a NaN,
  * then g = g * inv in place. EM_OK or the op's failure. */
 static em_status unscale_by_ops(em_tensor *g, float inv, bool *bad)
 {
@@ -208,31 +161,25 @@ static em_status unscale_by_ops(em_tensor *g, float inv, bool *bad)
     return st;
 }
 
-/* A gradient the device path takes: contiguous f32/f64 on a device whose
- * backend has the fused unscale (CUDA). */
-static bool device_ok(em_tensor *g)
-{
-    if (g->device.type == EM_DEVICE_CPU || !em_is_contiguous(g) || (g->dtype != EM_F32 && g->dtype != EM_F64))
-        return false;
-    const em_backend *be = em__backend((em_device_type)g->device.type);
-    return be && be->unscale;
-}
+/* A gradient the fused op takes: contiguous f32/f64 (the dtypes an
+ * optimizer's parameters, and so their gradients, have). */
+static bool fused_ok(em_tensor *g) { return em_is_contiguous(g) && (g->dtype == EM_F32 || g->dtype == EM_F64); }
 
-/* Device gradients, collected and unscaled by one backend call (one kernel,
- * one read of the flag) per stretch of gradients on one device. */
-typedef struct dev_batch {
-    em_tensor **t;
+/* The runs for one UNSCALE op: gradients of one device, where adjacent
+ * contiguous gradients of one storage (a flat gradient buffer) are merged
+ * into one run, so the kernel makes one pass over the buffer. A run is a
+ * header in hdr[] (em__run_header: no allocation once hdr is made). */
+typedef struct runs {
+    em_tensor **t;   /* t[i] = &hdr[i] */
+    em_tensor *hdr;
     int n;
-    em_device dev;
-} dev_batch;
+    int64_t end;     /* the last run's end offset in its storage */
+} runs;
 
-static em_status flush_device(dev_batch *b, float inv, bool *bad)
+static em_status flush_runs(runs *r, float inv, bool *bad)
 {
-    if (!b->n) return EM_OK;
-    bool found = false;
-    em_status st = em__backend((em_device_type)b->dev.type)->unscale(b->dev.index, b->t, b->n, inv, &found);
-    b->n = 0;
-    *bad |= found;
+    em_status st = em__unscale(r->t, r->n, inv, bad);
+    r->n = 0;
     return st;
 }
 
@@ -250,55 +197,46 @@ em_status em_grad_scaler_unscale_grads(em_grad_scaler *s, const void *key, int n
     if (r->stage == STEPPED) { em__misuse(op, "%s", unscale_after_step); return EM_ERR_INVALID; }
 
     /* torch checks every gradient before touching any */
-    int n_dev = 0;
     for (int i = 0; i < n; i++) {
         em_tensor *gr = grads[i];
         if (gr && !em__live(gr, op)) return EM_ERR_INVALID;
         if (gr && gr->dtype == EM_F16) { em__misuse(op, "%s", fp16_grads); return EM_ERR_INVALID; }
-        n_dev += gr && device_ok(gr);
     }
 
     float inv = (float)(1.0 / (double)s->scale);
     bool bad = false, seen = false;
-    dev_batch db = {0};
-    if (n_dev && !(db.t = em__malloc(sizeof *db.t * (size_t)n_dev))) return EM_ERR_OOM;
-    /* the current span: adjacent contiguous gradients of one storage */
-    em_storage *sp_st = NULL;
-    char *sp_p = NULL;
-    int64_t sp_n = 0, sp_end = 0;
-    em_dtype sp_dt = EM_F32;
-    for (int i = 0; i < n; i++) {
+    em_status st = EM_OK;
+    runs rn = {0};
+    if (n && (!(rn.t = em__malloc(sizeof *rn.t * (size_t)n)) || !(rn.hdr = em__malloc(sizeof *rn.hdr * (size_t)n)))) {
+        em__free(rn.t);
+        return EM_ERR_OOM;
+    }
+    for (int i = 0; i < n && st == EM_OK; i++) {
         em_tensor *gr = grads[i];
         if (!gr) continue;
         seen = true;
-        if (!flat_ok(gr)) {
-            em_status st = EM_OK;
-            if (device_ok(gr)) {
-                if (db.n && !em_device_eq(gr->device, db.dev)) st = flush_device(&db, inv, &bad);
-                db.dev = gr->device;
-                db.t[db.n++] = gr;
-            } else {
-                st = unscale_by_ops(gr, inv, &bad);
-            }
-            if (st != EM_OK) {
-                em__free(db.t);
-                return st;
-            }
+        if (!fused_ok(gr)) {
+            st = unscale_by_ops(gr, inv, &bad);
             continue;
         }
-        if (sp_n && gr->storage == sp_st && gr->dtype == sp_dt && gr->offset == sp_end) {
-            sp_n += em_numel(gr);
-            sp_end += em_numel(gr);
-            continue;
+        em_tensor *last = rn.n ? rn.t[rn.n - 1] : NULL;
+        if (last && !em_device_eq(gr->device, last->device)) {
+            if ((st = flush_runs(&rn, inv, &bad)) != EM_OK) break;
+            last = NULL;
         }
-        if (sp_n) bad |= unscale_span(sp_p, sp_dt, sp_n, inv);
-        sp_st = gr->storage, sp_p = em_data_ptr(gr), sp_dt = gr->dtype;
-        sp_n = em_numel(gr), sp_end = gr->offset + sp_n;
+        if (last && gr->storage == last->storage && gr->dtype == last->dtype && gr->offset == rn.end) {
+            last->shape[0] += em_numel(gr);   /* grow the run over the next gradient */
+        } else {
+            em__run_header(&rn.hdr[rn.n], gr, em_numel(gr));
+            rn.t[rn.n] = &rn.hdr[rn.n];
+            rn.n++;
+        }
+        rn.end = gr->offset + em_numel(gr);
     }
-    if (sp_n) bad |= unscale_span(sp_p, sp_dt, sp_n, inv);
-    em_status dst = flush_device(&db, inv, &bad);
-    em__free(db.t);
-    if (dst != EM_OK) return dst;
+    if (st == EM_OK) st = flush_runs(&rn, inv, &bad);
+    em__free(rn.t);
+    em__free(rn.hdr);
+    if (st != EM_OK) return st;
     /* the gradients changed in place: a graph that saved one must notice */
     for (int i = 0; i < n; i++)
         if (grads[i]) grads[i]->storage->version++;

@@ -19,6 +19,7 @@
  * gradients flowing into those outputs are not propagated.
  */
 #include "autograd/autograd_internal.h"
+#include "tensor/fused.h"
 #include "tensor/op_grad.h"
 #include "tensor/op_nn.h"
 
@@ -376,9 +377,9 @@ static void bw_cross_entropy(em_node *n, em_tensor *const *g, em_tensor **gin)
 }
 
 /* in: q, k, v, lens or NULL; out: o, lse (statistics: no gradient); f[1], i[0],
- * i[1]: the dropout p and its Philox key. The backend's fused backward when it
- * has one and takes the case (the CPU's tensor/cpu/k_sdpa.c, cuDNN's tensor/
- * cuda/k_sdpa_cudnn.cu); else the composed gradient, recomputing the weights
+ * i[1]: the dropout p and its Philox key. The fused backward, op SDPA_BWD,
+ * when the device's kernel takes the case (the CPU's tensor/cpu/k_sdpa.c,
+ * cuDNN's tensor/cuda/k_sdpa_cudnn.cu); else the composed gradient, recomputing the weights
  * P and their dropout Pd (the same mask): dV = Pd^T g, dS = softmax_backward(P,
  * dropout(g V^T)) (0 at masked keys, as the composed forward's masked_fill
  * gives), dQ = s dS K, dK = s dS^T Q. */
@@ -388,14 +389,13 @@ static void bw_sdpa(em_node *n, em_tensor *const *g, em_tensor **gin)
     double scale = n->saved.f[0], p_drop = n->saved.f[1];
     uint64_t seed = (uint64_t)n->saved.i[0], offset = (uint64_t)n->saved.i[1];
     bool pad_queries = n->saved.i[2] != 0;
-    const em_backend *be = em__backend((em_device_type)n->device.type);
-    if (be && be->sdpa_bwd) {
+    {
         em_tensor *dout = em_contiguous(g[0]);
         em_tensor *dq = em_empty(GEOM(0), q->dtype, n->device), *dk = em_empty(GEOM(1), k->dtype, n->device);
         em_tensor *dv = em_empty(GEOM(2), v->dtype, n->device);
         if (dout && dq && dk && dv &&
-            be->sdpa_bwd(dq, dk, dv, q, k, v, lens, scale, OUT(0), OUT(1), dout, p_drop, seed, offset, pad_queries) ==
-                EM_OK) {
+            em__sdpa_backward(dq, dk, dv, q, k, v, lens, scale, OUT(0), OUT(1), dout, p_drop, seed, offset,
+                              pad_queries) == EM_OK) {
             if (NEEDS(0)) gin[0] = dq;
             if (NEEDS(1)) gin[1] = dk;
             if (NEEDS(2)) gin[2] = dv;

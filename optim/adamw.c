@@ -12,8 +12,10 @@
  * the square root of the bias correction) and rounded once to the parameter
  * dtype; every tensor operation rounds to that dtype in torch's order, with
  * torch's fused multiply-adds where the CPU has FMA (optim_internal.h). One
- * pass per span does all of it for each element. */
+ * pass per span does all of it for each element: the op ADAMW_STEP, whose
+ * kernels (tensor/cpu/k_fused.c, tensor/cuda/k_adamw.cu) implement the loop. */
 #include "optim/optim_internal.h"
+#include "tensor/fused.h"
 
 #include <stdlib.h>
 
@@ -21,67 +23,13 @@
 
 enum { B1, B2, EPS };   /* em__group.hp: beta1, beta2, eps */
 
-#define ADAMW_GRAIN 8192
-
-typedef struct adamw_consts {
-    double decay;      /* 1 - lr*wd, or 1 when wd == 0 (p*1 is exact)           */
-    double w1;         /* lerp weight 1 - beta1                                 */
-    bool small;        /* |w1| < 0.5: m + w1*(g-m); else g - (1-w1)*(g-m)       */
-    double beta2, w2;  /* v*beta2 + w2*g*g                                      */
-    double bc2_sqrt, neg_step, eps;
-    double sign;       /* -1 with maximize (negation is exact)                  */
-} adamw_consts;
-
-/* lerp as torch's: base + coef*(g - m), with (base, coef) = (m, w) or
- * (g, w - 1) = (g, -(1-w)), fused where torch fuses (see optim_internal.h);
- * addcmul v + ((1-beta2)*g)*g likewise. */
-#define ADAMW_KERNEL(NAME, T, SQRT, MADD, ATTR)                                                                 \
-    static ATTR void NAME(T *restrict p, const T *restrict g, T *restrict m, T *restrict v, T *restrict vmax,  \
-                          int64_t b, int64_t e, const adamw_consts *c)                                         \
-    {                                                                                                           \
-        const T decay = (T)c->decay, w1 = (T)c->w1, coef = c->small ? w1 : -((T)1 - w1);                       \
-        const T beta2 = (T)c->beta2, w2 = (T)c->w2, bc2s = (T)c->bc2_sqrt, neg_step = (T)c->neg_step;           \
-        const T eps = (T)c->eps, sign = (T)c->sign;                                                            \
-        const bool small = c->small;                                                                            \
-        if (vmax) {                                                                                             \
-            for (int64_t i = b; i < e; i++) {                                                                   \
-                T gi = g[i] * sign, pi = p[i] * decay, mo = m[i];                                               \
-                T mi = MADD(coef, gi - mo, small ? mo : gi);                                                    \
-                T vb = v[i] * beta2;                                                                            \
-                T vi = MADD(w2 * gi, gi, vb);                                                                   \
-                T mx = vmax[i];                                                                                 \
-                mx = (vi > mx || vi != vi) ? vi : mx;                                                           \
-                T d = SQRT(mx) / bc2s + eps;                                                                    \
-                p[i] = pi + neg_step * mi / d;                                                                  \
-                m[i] = mi;                                                                                      \
-                v[i] = vi;                                                                                      \
-                vmax[i] = mx;                                                                                   \
-            }                                                                                                   \
-        } else {                                                                                                \
-            for (int64_t i = b; i < e; i++) {                                                                   \
-                T gi = g[i] * sign, pi = p[i] * decay, mo = m[i];                                               \
-                T mi = MADD(coef, gi - mo, small ? mo : gi);                                                    \
-                T vb = v[i] * beta2;                                                                            \
-                T vi = MADD(w2 * gi, gi, vb);                                                                   \
-                T d = SQRT(vi) / bc2s + eps;                                                                    \
-                p[i] = pi + neg_step * mi / d;                                                                  \
-                m[i] = mi;                                                                                      \
-                v[i] = vi;                                                                                      \
-            }                                                                                                   \
-        }                                                                                                       \
-    }
-ADAMW_KERNEL(adamw_float, float, sqrtf, EM__MADD_PLAIN, )
-ADAMW_KERNEL(adamw_double, double, sqrt, EM__MADD_PLAIN, )
-ADAMW_KERNEL(adamw_float_fma, float, sqrtf, fmaf, EM__OPT_FMA_TARGET)
-ADAMW_KERNEL(adamw_double_fma, double, sqrt, fma, EM__OPT_FMA_TARGET)
-
-static adamw_consts consts_of(const em_optimizer *o, const em__group *g, const em__span *sp)
+static em_adamw_scalars consts_of(const em_optimizer *o, const em__group *g, const em__span *sp)
 {
     double step = sp->step + 1;
     double bias_correction1 = 1 - pow(g->hp[B1], step);
     double bias_correction2 = 1 - pow(g->hp[B2], step);
     double step_size = g->lr / bias_correction1;
-    adamw_consts c = {
+    em_adamw_scalars c = {
         .decay = g->weight_decay != 0 ? 1 - g->lr * g->weight_decay : 1.0,
         .w1 = 1 - g->hp[B1],
         .beta2 = g->hp[B2],
@@ -90,51 +38,31 @@ static adamw_consts consts_of(const em_optimizer *o, const em__group *g, const e
         .neg_step = -step_size,
         .eps = g->hp[EPS],
         .sign = o->maximize ? -1.0 : 1.0,
+        .fma = em__opt_have_fma(),
     };
     c.small = fabs(sp->dtype == EM_F32 ? (double)(float)c.w1 : c.w1) < 0.5;
     return c;
 }
 
-static void adamw_update(const em_optimizer *o, const em__group *g, const em__span *sp)
+/* Each span is one ADAMW_STEP op (tensor/fused.h) on whatever device holds
+ * it; the CPU's kernel (tensor/cpu/k_fused.c) and CUDA's run the update above
+ * operation for operation. The span's tensors are headers on the stack
+ * (em__run_header), so nothing is allocated between the first update and
+ * the last: on the CPU the step cannot fail half-way. */
+static em_status adamw_update_ops(const em_optimizer *o, const em__group *g, const em__span *sps, int n, em_device dev)
 {
-    adamw_consts c = consts_of(o, g, sp);
-    bool ams = o->flag;
-    if (sp->dtype == EM_F32) {
-        float *p = sp->p, *m = sp->s[0], *v = sp->s[1], *vm = ams ? sp->s[2] : NULL;
-        const float *gr = sp->g;
-        if (em__opt_have_fma()) EM__OPT_PARALLEL(sp->n, ADAMW_GRAIN, adamw_float_fma(p, gr, m, v, vm, b, e, &c));
-        else EM__OPT_PARALLEL(sp->n, ADAMW_GRAIN, adamw_float(p, gr, m, v, vm, b, e, &c));
-    } else {
-        double *p = sp->p, *m = sp->s[0], *v = sp->s[1], *vm = ams ? sp->s[2] : NULL;
-        const double *gr = sp->g;
-        if (em__opt_have_fma()) EM__OPT_PARALLEL(sp->n, ADAMW_GRAIN, adamw_double_fma(p, gr, m, v, vm, b, e, &c));
-        else EM__OPT_PARALLEL(sp->n, ADAMW_GRAIN, adamw_double(p, gr, m, v, vm, b, e, &c));
+    (void)dev;
+    em_status st = EM_OK;
+    for (int k = 0; k < n && st == EM_OK; k++) {
+        const em__span *sp = &sps[k];
+        if (sp->n == 0) continue;
+        em_adamw_scalars c = consts_of(o, g, sp);
+        em_tensor p, gr, m, v, vm;
+        em__run_header(&p, sp->tp, sp->n), em__run_header(&gr, sp->tg, sp->n);
+        em__run_header(&m, sp->ts[0], sp->n), em__run_header(&v, sp->ts[1], sp->n);
+        if (o->flag) em__run_header(&vm, sp->ts[2], sp->n);
+        st = em__adamw_step(&p, &gr, &m, &v, o->flag ? &vm : NULL, &c);
     }
-}
-
-/* Parameters on a device: the same scalars per span, and one call of the
- * backend's multi-tensor kernel, which runs the loop above operation for
- * operation (tensor_internal.h, em_adamw_span). */
-static em_status adamw_update_device(const em_optimizer *o, const em__group *g, const em__span *sps, int n,
-                                     em_device dev)
-{
-    const em_backend *be = em__backend((em_device_type)dev.type);
-    if (!be || !be->adamw) {
-        char b[16];
-        return em__fail(EM_ERR_UNSUPPORTED, "em_optimizer_step: AdamW has no kernel on %s", em_device_str(dev, b));
-    }
-    if (n == 0) return EM_OK;
-    em_adamw_span *a = em__malloc(sizeof *a * (size_t)n);
-    if (!a) return EM_ERR_OOM;
-    for (int k = 0; k < n; k++) {
-        adamw_consts c = consts_of(o, g, &sps[k]);
-        a[k] = (em_adamw_span){.p = sps[k].p, .g = sps[k].g, .m = sps[k].s[0], .v = sps[k].s[1],
-                               .vmax = o->flag ? sps[k].s[2] : NULL, .n = sps[k].n, .dtype = sps[k].dtype,
-                               .decay = c.decay, .w1 = c.w1, .beta2 = c.beta2, .w2 = c.w2, .bc2_sqrt = c.bc2_sqrt,
-                               .neg_step = c.neg_step, .eps = c.eps, .sign = c.sign, .small = c.small};
-    }
-    em_status st = be->adamw(dev.index, a, n, em__opt_have_fma());
-    em__free(a);
     return st;
 }
 
@@ -192,8 +120,7 @@ static const em__optim_kind adamw_kind = {
     .load_meta = adamw_load_meta,
     .n_state = adamw_n_state,
     .check = adamw_check,
-    .update = adamw_update,
-    .update_device = adamw_update_device,
+    .update_ops = adamw_update_ops,
 };
 
 static em_optimizer *adamw_new(const em_param_group *groups, int n_groups, const em_adamw_opts *opts, const char *op)

@@ -49,11 +49,14 @@ em_status em__meta_flag(const em__meta_in *in, const char *name, bool want);
 
 /* A contiguous run of elements updated by one kernel call: one parameter, or
  * several that are adjacent in their storage, with gradients and state
- * adjacent too, and the same step count. */
+ * adjacent too, and the same step count. The raw pointers serve a kind's CPU
+ * loop (update); the tensors (the run's first parameter, gradient and state,
+ * whose storages hold all n elements from their offsets) serve update_ops. */
 typedef struct em__span {
     void *p;                          /* parameter data      */
     const void *g;                    /* gradient data       */
     void *s[EM__OPT_MAX_STATE];       /* state data          */
+    em_tensor *tp, *tg, *ts[EM__OPT_MAX_STATE];
     int64_t n;                        /* elements            */
     em_dtype dtype;                   /* EM_F32 or EM_F64    */
     double step;                      /* step count before this update */
@@ -75,13 +78,14 @@ typedef struct em__optim_kind {
     int (*n_state)(const em_optimizer *o, const em__group *g);
     /* Misuse check of g's resolved hyperparameters (op names the caller). */
     bool (*check)(const em_optimizer *o, const em__group *g, const char *op);
-    /* Updates one span in place (no allocation, cannot fail). */
+    /* A kind implements one or both (update wins on the CPU):
+     * update: one span of CPU parameters in place (no allocation, cannot fail);
+     * update_ops: n spans of parameters on one device dev (any, the CPU too)
+     * through tensor ops (tensor/fused.h), so every backend with those ops
+     * runs it; with n == 0 only checks that dev can. EM_OK, or the op's
+     * failure (the spans before it stay updated). */
     void (*update)(const em_optimizer *o, const em__group *g, const em__span *sp);
-    /* Optional: updates n spans of parameters on dev (not the CPU) through the
-     * device backend's fused kernel; with n == 0 only checks that dev has one.
-     * Fails with EM_ERR_UNSUPPORTED (no kernel) or the backend's status; NULL:
-     * the kind updates CPU parameters only. */
-    em_status (*update_device)(const em_optimizer *o, const em__group *g, const em__span *sps, int n, em_device dev);
+    em_status (*update_ops)(const em_optimizer *o, const em__group *g, const em__span *sps, int n, em_device dev);
 } em__optim_kind;
 
 struct em_optimizer {

@@ -215,23 +215,24 @@ static void bump_steps(em__group *g, em_tensor *const *gr, int from, int to)
 }
 
 /* Updates the parameters of g that have a gradient (gr[i], contiguous, or NULL),
- * one kernel call per run of adjacent parameters. Runs on a device are
- * collected in buf (room for g->n) and updated by the kind's update_device,
- * one call per stretch of parameters on one device (a multi-tensor kernel).
- * Fails only there; the parameters before the failing call stay updated. */
+ * one kernel call per run of adjacent parameters: the kind's CPU loop (update)
+ * for CPU parameters when it has one; else the runs are collected in buf (room
+ * for g->n) and updated by the kind's update_ops, one call per stretch of
+ * parameters on one device. Fails only there; the parameters before the
+ * failing call stay updated. */
 static em_status step_group(const em_optimizer *o, em__group *g, em_tensor *const *gr, em__span *buf)
 {
     int ns = o->kind->n_state(o, g);
-    int nbuf = 0, from = 0;   /* buf: the device runs of parameters [from, i) */
+    int nbuf = 0, from = 0;   /* buf: the runs of parameters [from, i) for update_ops */
     em_device bdev = EM_CPU;
-#define FLUSH_DEVICE(to)                                                   \
-    do {                                                                   \
-        if (nbuf) {                                                        \
-            em_status st_ = o->kind->update_device(o, g, buf, nbuf, bdev); \
-            if (st_ != EM_OK) return st_;                                  \
-            bump_steps(g, gr, from, (to));                                 \
-            nbuf = 0;                                                      \
-        }                                                                  \
+#define FLUSH_OPS(to)                                                  \
+    do {                                                               \
+        if (nbuf) {                                                    \
+            em_status st_ = o->kind->update_ops(o, g, buf, nbuf, bdev); \
+            if (st_ != EM_OK) return st_;                              \
+            bump_steps(g, gr, from, (to));                             \
+            nbuf = 0;                                                  \
+        }                                                              \
     } while (0)
     for (int i = 0; i < g->n;) {
         if (!gr[i]) {
@@ -239,10 +240,10 @@ static em_status step_group(const em_optimizer *o, em__group *g, em_tensor *cons
             continue;
         }
         em_tensor *p = g->params[i];
-        if (nbuf && !em_device_eq(p->device, bdev)) FLUSH_DEVICE(i);
-        em__span sp = {.p = em_data_ptr(p), .g = em_data_ptr(gr[i]), .n = em_numel(p), .dtype = p->dtype,
-                       .step = g->ps[i].step};
-        for (int k = 0; k < ns; k++) sp.s[k] = em_data_ptr(g->ps[i].state[k]);
+        if (nbuf && !em_device_eq(p->device, bdev)) FLUSH_OPS(i);
+        em__span sp = {.p = em_data_ptr(p), .g = em_data_ptr(gr[i]), .tp = p, .tg = gr[i], .n = em_numel(p),
+                       .dtype = p->dtype, .step = g->ps[i].step};
+        for (int k = 0; k < ns; k++) sp.s[k] = em_data_ptr(sp.ts[k] = g->ps[i].state[k]);
         int j = i + 1;
         for (; j < g->n && gr[j] && g->ps[j].step == g->ps[i].step && follows(g->params[j - 1], g->params[j]) &&
                follows(gr[j - 1], gr[j]);
@@ -252,7 +253,7 @@ static em_status step_group(const em_optimizer *o, em__group *g, em_tensor *cons
             if (!ok) break;
             sp.n += em_numel(g->params[j]);
         }
-        if (p->device.type != EM_DEVICE_CPU) {
+        if (p->device.type != EM_DEVICE_CPU || !o->kind->update) {
             if (!nbuf) from = i, bdev = p->device;
             buf[nbuf++] = sp;
         } else {
@@ -261,8 +262,8 @@ static em_status step_group(const em_optimizer *o, em__group *g, em_tensor *cons
         }
         i = j;
     }
-    FLUSH_DEVICE(g->n);
-#undef FLUSH_DEVICE
+    FLUSH_OPS(g->n);
+#undef FLUSH_OPS
     return EM_OK;
 }
 
@@ -276,7 +277,7 @@ em_status em_optimizer_step(em_optimizer *o)
     for (int g = 0; g < o->n_groups; g++) total += o->groups[g].n;
     em_tensor **gr = em__calloc((size_t)(total ? total : 1), sizeof *gr);
     if (!gr) return EM_ERR_OOM;
-    em__span *buf = NULL;   /* device spans (step_group), made when a parameter is off the CPU */
+    em__span *buf = NULL;   /* spans for update_ops (step_group), made when a parameter needs it */
     em_status st = EM_OK;
     em_scope_begin();
     /* everything that can fail happens before the first update */
@@ -285,9 +286,10 @@ em_status em_optimizer_step(em_optimizer *o)
         for (int i = 0; i < G->n && st == EM_OK; i++, q++) {
             em_tensor *p = G->params[i], *gd = em_grad(p);
             if (!gd) continue;
-            if (p->device.type != EM_DEVICE_CPU || gd->device.type != EM_DEVICE_CPU) {
+            bool on_cpu = p->device.type == EM_DEVICE_CPU && gd->device.type == EM_DEVICE_CPU;
+            if (!on_cpu || !o->kind->update) {
                 char dev[16], gdev[16];
-                if (!o->kind->update_device) {
+                if (!o->kind->update_ops) {
                     st = em__fail(EM_ERR_UNSUPPORTED, "em_optimizer_step: parameter %d of group %d is on %s; %s "
                                   "updates CPU parameters only", i, g, em_device_str(p->device, dev), o->kind->name);
                     break;
@@ -297,7 +299,7 @@ em_status em_optimizer_step(em_optimizer *o)
                                   "on %s", i, g, em_device_str(p->device, dev), em_device_str(gd->device, gdev));
                     break;
                 }
-                if ((st = o->kind->update_device(o, G, NULL, 0, p->device)) != EM_OK) break;
+                if ((st = o->kind->update_ops(o, G, NULL, 0, p->device)) != EM_OK) break;
                 if (!buf && !(buf = em__malloc(sizeof *buf * (size_t)total))) {
                     st = EM_ERR_OOM;
                     break;

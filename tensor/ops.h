@@ -93,7 +93,25 @@ struct em_tensor;
        out[0]=y [M,N]. The op flattens x's leading dims with recorded views. Bias first \
        as in torch's addmm(b, x, w^T): backward then makes b's gradient ready before   \
        w's (reverse registration order, which DDP's buckets follow). */                 \
-    X(LINEAR)
+    X(LINEAR)                                                                            \
+    /* Fused kernels for the layers above (class EM_CLASS_FUSED, not recorded; their   \
+       front-ends are in tensor/fused.h).                                               \
+       ADAMW_STEP: one AdamW update in place (optim/adamw.c has the math): out[0]=p,  \
+       out[1]=m, out[2]=v, out[3]=vmax or NULL (amsgrad), in[0]=g; all contiguous, n \
+       elements, one dtype (f32/f64), one device. f[0]=decay (1 - lr wd), f[1]=w1     \
+       (1 - beta1), f[2]=beta2, f[3]=w2 (1 - beta2), f[4]=sqrt(1 - beta2^step),        \
+       f[5]=-lr/(1 - beta1^step), f[6]=eps, f[7]=sign (-1: maximize); i[0]=1: lerp as  \
+       m + w1 (g-m) (else g - (1-w1)(g-m)); i[1]=1: torch's fused multiply-adds. Each \
+       scalar is rounded to the dtype once; the loop is optim/adamw.c's, bit-exactly.  \
+       UNSCALE: list[0..nlist) contiguous f32/f64 tensors of one device, multiplied in \
+       place by f[0] (skipped when f[0] == 1) -> out[0] f32 [1] on that device: 1 when \
+       any element was inf/NaN before scaling, else 0 (GradScaler's unscale).          \
+       SDPA_BWD: SDPA's gradient in one pass: in[0..2]=q, k, v, in[3]=lens or NULL,   \
+       in[4]=out, in[5]=lse (SDPA's outputs), in[6]=dout (contiguous, out's shape);   \
+       f[0]=scale, f[1]=dropout p, i[0]=seed, i[1]=offset, i[2]=pad_queries, as SDPA  \
+       -> out[0..2]=dq, dk, dv (contiguous). A kernel may decline a case with          \
+       EM_ERR_UNSUPPORTED, nothing written, no error set (autograd then composes). */  \
+    X(ADAMW_STEP) X(UNSCALE) X(SDPA_BWD)
 
 typedef enum em_op {
 #define EM_OP_ENUM(name) EM_OP_##name,
@@ -105,18 +123,18 @@ typedef enum em_op {
 typedef enum em_op_class {
     EM_CLASS_VIEW, EM_CLASS_CREATE, EM_CLASS_COPY, EM_CLASS_BINARY, EM_CLASS_COMPARE,
     EM_CLASS_UNARY, EM_CLASS_SELECT, EM_CLASS_REDUCE, EM_CLASS_LINALG, EM_CLASS_NN,
-    EM_CLASS_SHAPE, EM_CLASS_INDEX, EM_CLASS_RANDOM
+    EM_CLASS_SHAPE, EM_CLASS_INDEX, EM_CLASS_RANDOM, EM_CLASS_FUSED
 } em_op_class;
 
-#define EM_KARGS_IN 6
+#define EM_KARGS_IN 8
 #define EM_KARGS_OUT 4
 typedef struct em_kargs {
     em_op op;
     struct em_tensor *in[EM_KARGS_IN];
     struct em_tensor *out[EM_KARGS_OUT];
-    struct em_tensor *const *list;   /* CAT's inputs */
+    struct em_tensor *const *list;   /* CAT's and UNSCALE's tensors */
     int nlist;
-    double f[4];
+    double f[8];
     int64_t i[4];
     bool inplace;   /* out[0] is an existing tensor written in place (em_copy_, em_fill_) */
 } em_kargs;

@@ -75,8 +75,11 @@ const em_op_def em_op_table[EM_NUM_OPS] = {
     ROW(BERNOULLI, "bernoulli", 0, 1, EM_CLASS_RANDOM, false),
     ROW(SDPA, "sdpa", 4, 2, EM_CLASS_NN, true),
     ROW(LINEAR, "linear", 3, 1, EM_CLASS_LINALG, true),
+    ROW(ADAMW_STEP, "adamw_step", 1, 4, EM_CLASS_FUSED, false),
+    ROW(UNSCALE, "unscale", 0, 1, EM_CLASS_FUSED, false),
+    ROW(SDPA_BWD, "sdpa_backward", 7, 3, EM_CLASS_FUSED, false),
 };
 
 /* Adding an op to EM_OP_LIST without a row here leaves a NULL name; the count
  * check below catches a changed list, tests/test_optable.c catches a gap. */
-static_assert(EM_NUM_OPS == 68, "op list changed: add its row above and update this count");
+static_assert(EM_NUM_OPS == 71, "op list changed: add its row above and update this count");

@@ -133,25 +133,6 @@ em_status em__dispatch(em_kargs *k);
  * matmul and linear front-ends copy an operand that fails it. */
 bool em__gemm_ready(const em_tensor *t);
 
-/* One contiguous run of AdamW's update for em_backend.adamw (optim/adamw.c
- * fills it): n elements of param p, gradient g, state m, v and vmax (NULL
- * without amsgrad), all of `dtype` (f32/f64) on one device. The scalars are
- * optim's, in double; the kernel rounds each to dtype and then runs optim's
- * CPU loop operation for operation (fused multiply-adds exactly where that
- * loop has them when `fma`, none otherwise), so results are bit-identical. */
-typedef struct em_adamw_span {
-    void *p;
-    const void *g;
-    void *m, *v, *vmax;
-    int64_t n;
-    em_dtype dtype;
-    double decay, w1, beta2, w2, bc2_sqrt, neg_step, eps, sign;
-    bool small;   /* lerp as m + w1*(g-m) (else g - (1-w1)*(g-m)) */
-} em_adamw_span;
-
-/* em_backend.linear's activation: none, or GELU's tanh form (em_gelu_tanh). */
-typedef enum em_epilogue { EM_EPILOGUE_NONE = 0, EM_EPILOGUE_GELU_TANH = 1 } em_epilogue;
-
 /* A device backend: memory plus one kernel slot per op (NULL = unsupported). */
 typedef struct em_backend {
     const char *name;
@@ -170,30 +151,6 @@ typedef struct em_backend {
     /* Page-locked host memory for fast transfers (the DataLoader's batches), from a cache. */
     void *(*host_alloc)(size_t nbytes);
     void (*host_free)(void *p, size_t nbytes);
-    /* Optional fused multi-tensor kernels for the layers above (NULL: unsupported).
-     * AdamW over n spans (em_adamw_span above), one launch per dtype present. */
-    em_status (*adamw)(int device_index, const em_adamw_span *spans, int n, bool fma);
-    /* GradScaler's unscale: t[i] *= inv in place (no multiply when inv == 1) for n
-     * contiguous f32/f64 tensors of this device; *found_inf = whether any element
-     * was inf/NaN before scaling. One launch and one device-to-host read. */
-    em_status (*unscale)(int device_index, em_tensor *const *t, int n, float inv, bool *found_inf);
-    /* out = act(a @ b + bias) as ONE GEMM with a fused epilogue: a [M,K] and b [K,N]
-     * (either may be a transposed view), bias [N] contiguous or NULL, out [M,N]
-     * contiguous (allocated by the caller), one float dtype; act an em_epilogue.
-     * Not recorded for autograd: for callers that need no gradient. Returns
-     * EM_ERR_UNSUPPORTED, out untouched, for a case it does not take (the caller
-     * falls back to em_matmul + em_add). */
-    em_status (*linear)(em_tensor *out, em_tensor *a, em_tensor *b, em_tensor *bias, int act);
-    /* SDPA's backward (ops.h SDPA) as one fused call, for autograd's rule: dq, dk,
-     * dv (contiguous, allocated by the caller; q, k, v's shapes and dtype) from the
-     * forward's q, k, v, lens (or NULL), scale, its outputs out and lse, dout
-     * (out's shape), the forward's dropout (p, Philox seed and offset; p 0: none)
-     * and its pad_queries (op SDPA's i[2]). EM_ERR_UNSUPPORTED, nothing written
-     * and no error set, for a case it does not take (the rule then composes the
-     * gradient). */
-    em_status (*sdpa_bwd)(em_tensor *dq, em_tensor *dk, em_tensor *dv, em_tensor *q, em_tensor *k, em_tensor *v,
-                          em_tensor *lens, double scale, em_tensor *out, em_tensor *lse, em_tensor *dout,
-                          double dropout_p, uint64_t seed, uint64_t offset, bool pad_queries);
 } em_backend;
 
 void em__register_backend(const em_backend *b);

@@ -32,6 +32,7 @@
  * GPU (checks the harness itself on a machine without one).
  */
 #include "ember.h"
+#include "tensor/fused.h"
 #include "tensor/op_grad.h"
 #include "tensor/op_nn.h"
 #include "tensor/tensor_internal.h"
@@ -607,6 +608,47 @@ static int c_sdpa(ctx *c, em_tensor **o)
     return 1;
 }
 
+/* ---- fused ops (tensor/fused.h): AdamW's update, GradScaler's unscale, SDPA's backward ---------------- */
+static int c_adamw_step(ctx *c, em_tensor **o)
+{
+    if (c->variant > 2) return 0;
+    bool ams = c->variant == 1;
+    em_tensor *p = gen(c, EM_SHAPE(70001), -1, 1), *g = gen(c, EM_SHAPE(70001), -1, 1);
+    em_tensor *m = gen(c, EM_SHAPE(70001), -0.1, 0.1), *v = gen(c, EM_SHAPE(70001), 0, 0.01);
+    em_tensor *vm = ams ? gen(c, EM_SHAPE(70001), 0, 0.02) : NULL;
+    em_adamw_scalars k = {.decay = 1 - 1e-3 * 0.01, .w1 = 0.1, .beta2 = 0.999, .w2 = 0.001,
+                          .bc2_sqrt = sqrt(1 - pow(0.999, 3)), .neg_step = -1e-3 / (1 - pow(0.9, 3)), .eps = 1e-8,
+                          .sign = ams ? -1 : 1, .small = c->variant != 1, .fma = c->variant != 2};
+    if (em__adamw_step(p, g, m, v, vm, &k) != EM_OK) return 0;
+    o[0] = p, o[1] = m, o[2] = v, o[3] = vm;
+    return ams ? 4 : 3;
+}
+static int c_unscale(ctx *c, em_tensor **o)
+{
+    if (c->variant > 1) return 0;
+    em_tensor *a = gen(c, EM_SHAPE(3, 40000), -9, 9), *b = gen(c, EM_SHAPE(17), -9, 9);
+    if (c->variant) em_fill_(em_narrow(a, 1, 5, 1), NAN);
+    em_tensor *ts[2] = {a, b};
+    bool found = false;
+    if (em__unscale(ts, 2, 1.0f / 1024, &found) != EM_OK) return 0;
+    o[0] = em_scalar(found, EM_BOOL, EM_CPU), o[1] = a, o[2] = b;
+    return 3;
+}
+/* SDPA_BWD through autograd's rule: q, k, v's gradients of <sdpa(q, k, v), dout> */
+static int c_sdpa_bwd(ctx *c, em_tensor **o)
+{
+    if (c->variant > 2) return 0;
+    em_tensor *q = em_requires_grad_(gen(c, EM_SHAPE(2, 3, 17, 16), -1, 1), true);
+    em_tensor *k = em_requires_grad_(gen(c, EM_SHAPE(2, 3, 9, 16), -1, 1), true);
+    em_tensor *v = em_requires_grad_(gen(c, EM_SHAPE(2, 3, 9, 16), -1, 1), true);
+    em_tensor *dout = gen(c, EM_SHAPE(2, 3, 17, 16), -1, 1);
+    em_tensor *lens = c->variant ? em_to(em_from_data((const int32_t[]){9, 5}, EM_SHAPE(2), EM_I32), c->dev) : NULL;
+    em_tensor *y = em__sdpa(q, k, v, lens, c->variant == 2 ? 0.25 : 0.0, 77, 3, false);
+    em_backward(em_sum(em_mul(y, dout), 0, NULL, false));
+    o[0] = em_grad(q), o[1] = em_grad(k), o[2] = em_grad(v);
+    return 3;
+}
+
 /* ---- the table ------------------------------------------------------------------------------------------- */
 #define DT(x) (1u << (x))
 #define FLOATS (DT(EM_F32) | DT(EM_F64) | DT(EM_F16) | DT(EM_BF16))
@@ -683,6 +725,9 @@ static const row rows[EM_NUM_OPS] = {
     [EM_OP_BERNOULLI] = {c_bernoulli, DT(EM_BOOL), true},
     [EM_OP_SDPA] = {c_sdpa, FLOATS, false},
     [EM_OP_LINEAR] = {c_linear, FLOATS, false},
+    [EM_OP_ADAMW_STEP] = {c_adamw_step, DT(EM_F32) | DT(EM_F64), true},
+    [EM_OP_UNSCALE] = {c_unscale, DT(EM_F32) | DT(EM_F64), true},
+    [EM_OP_SDPA_BWD] = {c_sdpa_bwd, FLOATS, false},
 };
 
 /* ---- running and comparing ------------------------------------------------------------------------------------ */
@@ -1257,74 +1302,23 @@ static void test_fused_unscale(void)
         }
         em_scope_end();
     }
-    /* the backend slot itself: inv == 1 checks without multiplying */
-    const em_backend *be = em__backend((em_device_type)gpu.type);
-    if (be && be->unscale) {
+    /* the op itself (tensor/fused.h): inv == 1 checks without multiplying */
+    {
         em_scope_begin();
         em_tensor *a = em_to(em_arange(0, 200000, 1, EM_F32, EM_CPU), gpu), *b = em_ones(EM_SHAPE(3), EM_F64, gpu);
         em_tensor *ts[2] = {a, b};
-        bool found = true;
-        CHECK(be->unscale(gpu.index, ts, 2, 1.0f, &found) == EM_OK && !found, "unscale slot, finite: found %d: %s", found,
+        bool found = false;
+        CHECK(em__unscale(ts, 2, 1.0f, &found) == EM_OK && !found, "unscale op, finite: found %d: %s", found,
               em_last_error());
         em_fill_(em_narrow(b, 0, 2, 1), -INFINITY);
         found = false;
-        CHECK(be->unscale(gpu.index, ts, 2, 0.5f, &found) == EM_OK && found, "unscale slot, -inf in an f64 tensor");
+        CHECK(em__unscale(ts, 2, 0.5f, &found) == EM_OK && found, "unscale op, -inf in an f64 tensor");
         em_tensor *h = em_to(a, EM_CPU);
         CHECK(h && em_get(h, (int64_t[]){199999}) == 99999.5 && em_get(h, (int64_t[]){3}) == 1.5,
-              "unscale slot: a[199999] = %g, a[3] = %g", h ? em_get(h, (int64_t[]){199999}) : NAN,
+              "unscale op: a[199999] = %g, a[3] = %g", h ? em_get(h, (int64_t[]){199999}) : NAN,
               h ? em_get(h, (int64_t[]){3}) : NAN);
         em_scope_end();
     }
-}
-
-/* cuBLASLt's epilogue GEMM (em_backend.linear) against matmul + add (+ gelu_tanh)
- * on the device and against an f64 CPU reference: x [67,200] times w^T (a
- * transposed view of w [300,200], as nn's linear passes it) plus b, with and
- * without bias and GELU; f32 within 1e-5 and bf16 within 1e-2 (normwise; the
- * epilogue rounds once where the unfused path rounds after each op). An f64
- * GEMM is declined (EM_ERR_UNSUPPORTED) with out untouched. */
-static void test_linear_epilogue(void)
-{
-    const em_backend *be = em__backend((em_device_type)gpu.type);
-    if (!be || !be->linear) return;   /* self-test mode: the CPU has no such slot */
-    for (int dti = 0; dti < 2; dti++)
-        for (int cfg = 0; cfg < 4; cfg++) {
-            em_dtype dt = dti ? EM_BF16 : EM_F32;
-            double tol = dti ? 1e-2 : 1e-5;
-            bool has_bias = cfg & 1, gelu = cfg & 2;
-            em_scope_begin();
-            em_set_seed(5 + (uint64_t)cfg);
-            em_tensor *xc = em_randn(EM_SHAPE(67, 200), EM_F32, EM_CPU), *wc = em_randn(EM_SHAPE(300, 200), EM_F32, EM_CPU);
-            em_tensor *bc = em_randn(EM_SHAPE(300), EM_F32, EM_CPU);
-            /* the operands as dt sees them, so the f64 reference starts from the same values */
-            xc = em_to_dtype(em_to_dtype(xc, dt), EM_F64), wc = em_to_dtype(em_to_dtype(wc, dt), EM_F64);
-            bc = em_to_dtype(em_to_dtype(bc, dt), EM_F64);
-            em_tensor *x = em_to(em_to_dtype(xc, dt), gpu), *w = em_to(em_to_dtype(wc, dt), gpu);
-            em_tensor *b = em_to(em_to_dtype(bc, dt), gpu), *wt = em_transpose(w, 0, 1);
-            em_tensor *out = em_empty(EM_SHAPE(67, 300), dt, gpu);
-            em_status st = be->linear(out, x, wt, has_bias ? b : NULL, gelu ? EM_EPILOGUE_GELU_TANH : EM_EPILOGUE_NONE);
-            CHECK(st == EM_OK, "linear %s bias %d gelu %d: %s", em_dtype_name(dt), has_bias, gelu, em_last_error());
-            em_tensor *ref = em_matmul(x, wt), *ref64 = em_matmul(xc, em_transpose(wc, 0, 1));
-            if (has_bias) ref = em_add(ref, b), ref64 = em_add(ref64, bc);
-            if (gelu) ref = em_gelu_tanh(ref), ref64 = em_gelu_tanh(ref64);
-            bool same;
-            double r = st == EM_OK ? rel_diff(out, ref, &same) : INFINITY;
-            double r64 = st == EM_OK ? rel_diff(em_to_dtype(out, EM_F64), ref64, &same) : INFINITY;
-            CHECK(r <= tol && r64 <= tol, "linear %s bias %d gelu %d: relative difference %.3g to matmul+add, %.3g to "
-                  "the f64 CPU reference (tol %g)", em_dtype_name(dt), has_bias, gelu, r, r64, tol);
-            printf("linear epilogue %-8s bias %d gelu_tanh %d: vs matmul+add %.3g, vs f64 cpu %.3g\n", em_dtype_name(dt),
-                   has_bias, gelu, r, r64);
-            em_scope_end();
-        }
-    em_scope_begin();
-    em_tensor *x = em_ones(EM_SHAPE(4, 8), EM_F64, gpu), *w = em_ones(EM_SHAPE(8, 3), EM_F64, gpu);
-    em_tensor *out = em_full(EM_SHAPE(4, 3), 7.0, EM_F64, gpu);
-    em_status st = be->linear(out, x, w, NULL, EM_EPILOGUE_NONE);
-    em_tensor *h = em_to(out, EM_CPU);
-    CHECK(st == EM_ERR_UNSUPPORTED && h && em_get(h, (int64_t[]){3, 2}) == 7.0,
-          "linear f64: status %d (expected EM_ERR_UNSUPPORTED, out untouched)", (int)st);
-    em_clear_error();
-    em_scope_end();
 }
 
 /* ---- timing (EMBER_CUDA_BENCH=1) ------------------------------------------------------------------------------------ */
@@ -1351,11 +1345,6 @@ static void b_sum(em_tensor **in) { em_sum(in[0], EM_DIMS(0), false); }
 static void b_cast(em_tensor **in) { em_to_dtype(in[0], EM_BF16); }
 static em_optimizer *bench_opt;
 static void b_adamw(em_tensor **in) { (void)in; em_optimizer_step(bench_opt); }
-static void b_linear_fused(em_tensor **in)
-{
-    em__backend((em_device_type)gpu.type)->linear(in[3], in[0], em_transpose(in[1], 0, 1), in[2], EM_EPILOGUE_GELU_TANH);
-}
-static void b_linear_unfused(em_tensor **in) { em_gelu_tanh(em_add(em_matmul(in[0], em_transpose(in[1], 0, 1)), in[2])); }
 
 /* Median seconds per call of fn, over 5 runs of `iters` calls after a warm-up. */
 static double time_it(bench_fn fn, em_tensor **in, int iters)
@@ -1491,18 +1480,6 @@ static void bench(void)
         printf("%-34s %10.1f %9.0f GB/s\n", "adamw step 66M f32 (fused)", s * 1e6, 28.0 * (double)total / s / 1e9);
         em_optimizer_free(bench_opt);
     }
-    /* a DistilBERT FFN linear with GELU (tanh), bf16: the epilogue GEMM against matmul + add + gelu */
-    if (em__backend((em_device_type)gpu.type)->linear) {
-        em_tensor *in4[4] = {em_to_dtype(em_randn(EM_SHAPE(8192, 768), EM_F32, gpu), EM_BF16),
-                             em_to_dtype(em_randn(EM_SHAPE(3072, 768), EM_F32, gpu), EM_BF16),
-                             em_to_dtype(em_randn(EM_SHAPE(3072), EM_F32, gpu), EM_BF16),
-                             em_empty(EM_SHAPE(8192, 3072), EM_BF16, gpu)};
-        double fl = 2.0 * 8192 * 768 * 3072;
-        s = time_it(b_linear_fused, in4, 20);
-        printf("%-34s %10.1f %9.1f TF/s\n", "linear+gelu 8192x768x3072 bf16 lt", s * 1e6, fl / s / 1e12);
-        s = time_it(b_linear_unfused, in4, 20);
-        printf("%-34s %10.1f %9.1f TF/s\n", "linear+gelu 8192x768x3072 bf16 3op", s * 1e6, fl / s / 1e12);
-    }
     em_scope_end();
 }
 
@@ -1549,7 +1526,6 @@ int main(void)
     test_distilbert_step();   /* in self-test mode: the CPU against itself */
     test_fused_adamw();
     test_fused_unscale();
-    test_linear_epilogue();
     if (!self && getenv("EMBER_CUDA_BENCH") && atoi(getenv("EMBER_CUDA_BENCH"))) bench();
     printf("\n%d checks, %d failed (%d op rows)\n", checks, failures, bad);
     return failures ? 1 : 0;

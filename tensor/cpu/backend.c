@@ -20,7 +20,6 @@ const em_backend em__cpu_backend = {
     .free = cpu_free,
     .memcpy = cpu_memcpy,
     .synchronize = cpu_sync,
-    .sdpa_bwd = em__cpu_sdpa_bwd,
     .kernels = {
 #define EM_CPU_SLOT(name) [EM_OP_##name] = em_cpu_##name,
         EM_KERNEL_OP_LIST(EM_CPU_SLOT)

@@ -3,7 +3,8 @@
  * views have no kernel. Files: k_elementwise.c (creation, copy, binary,
  * unary, where), k_reduce.c, k_matmul.c + gemm.c, k_nn.c (softmax, layer_norm,
  * embedding, dropout, cross_entropy), k_index.c (cat, index_select, gather,
- * scatter_add), ../rng.c (random). */
+ * scatter_add), k_sdpa.c (sdpa and its backward), k_fused.c (adamw_step,
+ * unscale), ../rng.c (random). */
 #ifndef EMBER_CPU_H
 #define EMBER_CPU_H
 
@@ -27,9 +28,5 @@ bool em_cpu_gemm_bf16_fast(void);
 em_status em_cpu_gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
                            const void *b, int64_t ldb, void *c, em_dtype c_dtype, int64_t ldc);
 
-/* SDPA's fused backward (k_sdpa.c): em_backend.sdpa_bwd of the CPU. */
-em_status em__cpu_sdpa_bwd(em_tensor *dq, em_tensor *dk, em_tensor *dv, em_tensor *q, em_tensor *k, em_tensor *v,
-                           em_tensor *lens, double scale, em_tensor *out, em_tensor *lse, em_tensor *dout,
-                           double dropout_p, uint64_t seed, uint64_t offset, bool pad_queries);
 
 #endif

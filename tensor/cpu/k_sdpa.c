@@ -1,5 +1,5 @@
 /* ember — the CPU kernels of fused attention: op SDPA (contract in
- * tensor/ops.h) and em_backend.sdpa_bwd (contract in tensor_internal.h).
+ * tensor/ops.h) and its fused backward, op SDPA_BWD.
  *
  * One thread takes one (batch, head) pair at a time. It keeps K and V (and
  * their transposes) in scratch as the compute type -- f32 for f32, bf16 and
@@ -394,11 +394,16 @@ int em_cpu_SDPA(const em_kargs *k)
     return failed ? EM_ERR_OOM : EM_OK;
 }
 
-em_status em__cpu_sdpa_bwd(em_tensor *dq, em_tensor *dk, em_tensor *dv, em_tensor *q, em_tensor *k, em_tensor *v,
-                           em_tensor *lens, double scale, em_tensor *out, em_tensor *lse, em_tensor *dout,
-                           double dropout_p, uint64_t seed, uint64_t offset, bool pad_queries)
+/* SDPA_BWD: in[0..6] = q, k, v, lens, out, lse, dout; out[0..2] = dq, dk, dv.
+ * out and lse go unused: P is recomputed as the forward did, and D = rowsum(P
+ * dP), not out . dout. */
+int em_cpu_SDPA_BWD(const em_kargs *ka)
 {
-    (void)out, (void)lse;   /* P is recomputed as the forward did; D = rowsum(P dP), not out . dout */
+    em_tensor *q = ka->in[0], *k = ka->in[1], *v = ka->in[2], *lens = ka->in[3], *dout = ka->in[6];
+    em_tensor *dq = ka->out[0], *dk = ka->out[1], *dv = ka->out[2];
+    double scale = ka->f[0], dropout_p = ka->f[1];
+    uint64_t seed = (uint64_t)ka->i[0], offset = (uint64_t)ka->i[1];
+    bool pad_queries = ka->i[2] != 0;
     int64_t B = q->shape[0], H = q->shape[1], Sq = q->shape[2], D = q->shape[3], Sk = k->shape[2];
     if (!em_is_contiguous(dq) || !em_is_contiguous(dk) || !em_is_contiguous(dv) || !em_is_contiguous(dout))
         return EM_ERR_UNSUPPORTED;

@@ -40,14 +40,12 @@
 #define EM_CUDA_DECL(name) extern "C" int em_cuda_##name(const em_kargs *k);
 EM_KERNEL_OP_LIST(EM_CUDA_DECL)
 #undef EM_CUDA_DECL
-/* The fused multi-tensor slots of the table (contracts at em_backend). */
-extern "C" em_status em__cuda_adamw(int dev, const em_adamw_span *spans, int n, bool fma);   /* k_adamw.cu */
-extern "C" em_status em__cuda_unscale(int dev, em_tensor *const *t, int n, float inv, bool *found_inf);   /* k_unscale.cu */
-extern "C" em_status em__cuda_linear(em_tensor *out, em_tensor *a, em_tensor *b, em_tensor *bias, int act);   /* k_lt_matmul.cu */
-extern "C" em_status em__cuda_sdpa_bwd(em_tensor *dq, em_tensor *dk, em_tensor *dv, em_tensor *q, em_tensor *k,
-                                     em_tensor *v, em_tensor *lens, double scale, em_tensor *out, em_tensor *lse,
-                                     em_tensor *dout, double dropout_p, uint64_t seed, uint64_t offset,
-                                     bool pad_queries);   /* k_sdpa_cudnn.cu */
+/* out = a @ b + bias in ONE cuBLASLt GEMM with the bias in its epilogue
+ * (k_lt_matmul.cu; LINEAR's first choice, k_linear.cu): a [M,K], b [K,N]
+ * (either may be a transposed view), bias [N] contiguous or NULL, out [M,N]
+ * contiguous, one float dtype. EM_ERR_UNSUPPORTED, out untouched, for a case
+ * it does not take (f64, a layout or alignment cuBLASLt cannot take). */
+extern "C" em_status em__cuda_linear(em_tensor *out, em_tensor *a, em_tensor *b, em_tensor *bias);
 
 namespace emcu {
 

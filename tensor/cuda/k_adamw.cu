@@ -1,5 +1,5 @@
-/* ember — fused multi-tensor AdamW on CUDA (em_backend.adamw; the caller is
- * optim/adamw.c, contract in tensor_internal.h "em_adamw_span").
+/* ember — op ADAMW_STEP on CUDA (contract in tensor/ops.h; the caller is
+ * optim/adamw.c through tensor/fused.h), with a multi-tensor core.
  *
  * Multi-tensor apply: the spans are cut into chunks of kChunk elements; a
  * table of chunks (pointers already offset to the chunk, a span index) and
@@ -26,6 +26,18 @@ using namespace emcu;
 namespace {
 
 constexpr int64_t kChunk = 1 << 16;   /* elements per block */
+
+/* One contiguous run of the update: n elements of p, g, m, v and vmax (NULL
+ * without amsgrad) of `dtype`, with the op's scalars in double. */
+struct Span {
+    void *p;
+    const void *g;
+    void *m, *v, *vmax;
+    int64_t n;
+    em_dtype dtype;
+    double decay, w1, beta2, w2, bc2_sqrt, neg_step, eps, sign;
+    bool small;
+};
 constexpr int kAdamThreads = 512;
 
 struct Chunk {
@@ -86,12 +98,12 @@ __global__ void __launch_bounds__(kAdamThreads) adamw_kernel(const Chunk *chunks
 
 /* The spans of dtype T: one table copy and one launch. */
 template <class T>
-em_status run(int dev, cudaStream_t s, const em_adamw_span *spans, int n, em_dtype dt, bool fma, bool ams)
+em_status run(int dev, cudaStream_t s, const Span *spans, int n, em_dtype dt, bool fma, bool ams)
 {
     std::vector<Consts<T>> consts;
     std::vector<Chunk> chunks;
     for (int i = 0; i < n; i++) {
-        const em_adamw_span &a = spans[i];
+        const Span &a = spans[i];
         if (a.dtype != dt || a.n <= 0) continue;
         if ((a.vmax != nullptr) != ams)
             return em__fail(EM_ERR_INVALID, "cuda adamw: span %d %s max_exp_avg_sq, span 0 %s", i,
@@ -133,9 +145,9 @@ em_status run(int dev, cudaStream_t s, const em_adamw_span *spans, int n, em_dty
     return EM_OK;
 }
 
-}   // namespace
-
-extern "C" em_status em__cuda_adamw(int dev, const em_adamw_span *spans, int n, bool fma)
+/* Every span at once (one table copy and one launch per dtype): kept so that
+ * a caller with many spans could batch them; the op passes one. */
+em_status adamw_spans(int dev, const Span *spans, int n, bool fma)
 {
     if (n <= 0) return EM_OK;
     cudaStream_t s;
@@ -148,4 +160,16 @@ extern "C" em_status em__cuda_adamw(int dev, const em_adamw_span *spans, int n, 
     EM_TRY(run<float>(dev, s, spans, n, EM_F32, fma, ams));
     EM_TRY(run<double>(dev, s, spans, n, EM_F64, fma, ams));
     return EM_OK;
+}
+
+}   // namespace
+
+extern "C" int em_cuda_ADAMW_STEP(const em_kargs *k)
+{
+    em_tensor *p = k->out[0], *vm = k->out[3];
+    const double *f = k->f;
+    Span a = {em_data_ptr(p), em_data_ptr(k->in[0]), em_data_ptr(k->out[1]), em_data_ptr(k->out[2]),
+              vm ? em_data_ptr(vm) : nullptr, em_numel(p), p->dtype, f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7],
+              k->i[0] != 0};
+    return adamw_spans(p->device.index, &a, 1, k->i[1] != 0);
 }

@@ -1,7 +1,7 @@
 /* ember — EM_OP_LINEAR on CUDA (contract in tensor/ops.h): y = x w^T + b.
  *
  * First choice: one cuBLASLt GEMM with the bias in its epilogue
- * (k_lt_matmul.cu, the backend's `linear` slot), which saves the separate
+ * (k_lt_matmul.cu, em__cuda_linear), which saves the separate
  * pass over y that the add costs. When cuBLASLt declines the case (f64, a
  * layout or alignment it cannot take, no algorithm; EM_ERR_UNSUPPORTED, y
  * untouched) the kernel composes the cuBLAS MATMUL kernel and the ADD kernel
@@ -39,7 +39,7 @@ extern "C" int em_cuda_LINEAR(const em_kargs *k)
     wt.stride[0] = w->stride[1], wt.stride[1] = w->stride[0];
     if (!b || em_is_contiguous(b)) {
         SavedError saved;
-        em_status s = em__cuda_linear(y, x, &wt, b, EM_EPILOGUE_NONE);
+        em_status s = em__cuda_linear(y, x, &wt, b);
         if (s != EM_ERR_UNSUPPORTED) return s;
         saved.restore();
     }

@@ -1,9 +1,7 @@
-/* ember — a GEMM with a fused epilogue through cuBLASLt (em_backend.linear,
- * contract in tensor_internal.h): out = act(a @ b + bias), the bias (one per
- * output column) and GELU applied by the GEMM kernel as it stores the tile,
- * which saves the separate add (and gelu) pass over out that matmul + add
- * costs. cuBLASLt's GELU epilogue is the tanh approximation (torch's
- * _addmm_activation uses it the same way), so act is EM_EPILOGUE_GELU_TANH only.
+/* ember — a GEMM with a fused bias epilogue through cuBLASLt (em__cuda_linear,
+ * contract in cuda_common.cuh; LINEAR's first choice): out = a @ b + bias, the
+ * bias (one per output column) added by the GEMM kernel as it stores the
+ * tile, which saves the separate add pass over out that matmul + add costs.
  *
  * Layout as k_matmul.cu: row-major C = A B is the column-major C^T = B^T A^T;
  * each operand is passed as it lies in memory with a transpose flag when its
@@ -84,7 +82,7 @@ uint32_t align_of(const void *p)
     return a;
 }
 
-em_status lt_linear(em_tensor *out, em_tensor *a, em_tensor *b, em_tensor *bias, int act)
+em_status lt_linear(em_tensor *out, em_tensor *a, em_tensor *b, em_tensor *bias)
 {
     const em_dtype dt = out->dtype;
     cudaDataType ty;
@@ -101,8 +99,7 @@ em_status lt_linear(em_tensor *out, em_tensor *a, em_tensor *b, em_tensor *bias,
     if (a->ndim != 2 || b->ndim != 2 || out->ndim != 2 || a->dtype != dt || b->dtype != dt ||
         a->shape[1] != b->shape[0] || out->shape[0] != a->shape[0] || out->shape[1] != b->shape[1] ||
         !em_is_contiguous(out) || (bias && (bias->ndim != 1 || bias->shape[0] != out->shape[1] || bias->dtype != dt ||
-                                            !em_is_contiguous(bias))) ||
-        (act != EM_EPILOGUE_NONE && act != EM_EPILOGUE_GELU_TANH))
+                                            !em_is_contiguous(bias))))
         return em__fail(EM_ERR_UNSUPPORTED, "cuda linear: unsupported operands %s x %s -> %s", em__shape_str(a),
                         em__shape_str(b), em__shape_str(out));
     const int dev = out->device.index;
@@ -130,8 +127,7 @@ em_status lt_linear(em_tensor *out, em_tensor *a, em_tensor *b, em_tensor *bias,
     cublasOperation_t opA = tb ? CUBLAS_OP_T : CUBLAS_OP_N, opB = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
     EM_LT(cublasLtMatmulDescSetAttribute(D.op, CUBLASLT_MATMUL_DESC_TRANSA, &opA, sizeof opA));
     EM_LT(cublasLtMatmulDescSetAttribute(D.op, CUBLASLT_MATMUL_DESC_TRANSB, &opB, sizeof opB));
-    cublasLtEpilogue_t epi = act == EM_EPILOGUE_GELU_TANH ? (bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU)
-                                                    : (bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT);
+    cublasLtEpilogue_t epi = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
     EM_LT(cublasLtMatmulDescSetAttribute(D.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
     if (bias) {
         int32_t bt = (int32_t)ty;
@@ -170,7 +166,7 @@ em_status lt_linear(em_tensor *out, em_tensor *a, em_tensor *b, em_tensor *bias,
 
 }   // namespace
 
-extern "C" em_status em__cuda_linear(em_tensor *out, em_tensor *a, em_tensor *b, em_tensor *bias, int act)
+extern "C" em_status em__cuda_linear(em_tensor *out, em_tensor *a, em_tensor *b, em_tensor *bias)
 {
-    return lt_linear(out, a, b, bias, act);
+    return lt_linear(out, a, b, bias);
 }

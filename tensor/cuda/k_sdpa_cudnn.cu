@@ -1,7 +1,6 @@
 /* ember — fused scaled dot-product attention through cuDNN's backend graph API
  * (the C API of cudnn_graph.h; cudnn_frontend is not used): the CUDA kernel of
- * op SDPA (contract in tensor/ops.h) and em_backend.sdpa_bwd (contract in
- * tensor_internal.h).
+ * op SDPA and of its backward, op SDPA_BWD (contracts in tensor/ops.h).
  *
  * Each direction is a one-node operation graph of cuDNN's unified SDPA
  * operation (CUDNN_BACKEND_OPERATION_SDPA_FWD/BWD_DESCRIPTOR, cuDNN 9.x):
@@ -388,12 +387,13 @@ extern "C" int em_cuda_SDPA(const em_kargs *k)
     return run(key, 5, uids, ptrs, (float)k->f[0], k->in[3]);
 }
 
-extern "C" em_status em__cuda_sdpa_bwd(em_tensor *dq, em_tensor *dk, em_tensor *dv, em_tensor *q, em_tensor *k,
-                                       em_tensor *v, em_tensor *lens, double scale, em_tensor *out, em_tensor *lse,
-                                       em_tensor *dout, double dropout_p, uint64_t seed, uint64_t offset,
-                                       bool pad_queries)
+/* in[0..6] = q, k, v, lens, out, lse, dout -> out[0..2] = dq, dk, dv */
+extern "C" int em_cuda_SDPA_BWD(const em_kargs *ka)
 {
-    (void)seed, (void)offset;
+    em_tensor *q = ka->in[0], *k = ka->in[1], *v = ka->in[2], *lens = ka->in[3], *out = ka->in[4];
+    em_tensor *lse = ka->in[5], *dout = ka->in[6], *dq = ka->out[0], *dk = ka->out[1], *dv = ka->out[2];
+    const double scale = ka->f[0], dropout_p = ka->f[1];
+    const bool pad_queries = ka->i[2] != 0;
     Key key;
     if (dropout_p != 0.0 || pad_queries) return EM_ERR_UNSUPPORTED;   /* the forward never takes them either */
     if (!key_of(&key, true, q, k, v, out, dout, lens) || !em_is_contiguous(dq) || !em_is_contiguous(dk) ||

@@ -1,13 +1,13 @@
-/* ember — GradScaler's fused non-finite check and unscale on CUDA
- * (em_backend.unscale; the caller is amp/grad_scaler.c), torch's
+/* ember — op UNSCALE on CUDA (contract in tensor/ops.h; the caller is
+ * amp/grad_scaler.c through tensor/fused.h), torch's
  * _amp_foreach_non_finite_check_and_unscale_.
  *
- * Every gradient is cut into chunks of kChunk elements; one table (a
- * found_inf word, then the chunks) goes to the device in one copy, ONE
- * launch multiplies every element by inv_scale (f32: v * inv rounded to f32;
- * f64: v * (double)inv, as the CPU path) and sets the word when an element
- * was inf or NaN before scaling, and one device-to-host copy of the word,
- * waited for, gives the answer: a single synchronization per call.
+ * Every tensor is cut into chunks of kChunk elements; one table of chunks
+ * goes to the device in one copy, and ONE launch multiplies every element by
+ * inv_scale (f32: v * inv rounded to f32; f64: v * (double)inv, as the CPU
+ * kernel) and sets the op's flag out[0] (zeroed first, in stream order) to 1
+ * when an element was inf or NaN before scaling. No synchronization here: the
+ * front-end's one read of the flag is the call's only wait.
  */
 #include "tensor/cuda/cuda_common.cuh"
 
@@ -26,7 +26,7 @@ struct UChunk {
     int dbl;   /* f64 (else f32) */
 };
 
-template <bool MUL> __global__ void __launch_bounds__(kUnscaleThreads) unscale_kernel(const UChunk *chunks, float inv, int *found)
+template <bool MUL> __global__ void __launch_bounds__(kUnscaleThreads) unscale_kernel(const UChunk *chunks, float inv, float *found)
 {
     const UChunk c = chunks[blockIdx.x];
     int bad = 0;
@@ -45,14 +45,17 @@ template <bool MUL> __global__ void __launch_bounds__(kUnscaleThreads) unscale_k
             if (MUL) p[i] = __fmul_rn(v, inv);
         }
     }
-    if (__syncthreads_or(bad) && threadIdx.x == 0) *found = 1;   /* every writer writes 1 */
+    if (__syncthreads_or(bad) && threadIdx.x == 0) *found = 1.0f;   /* every writer writes 1 */
 }
 
 }   // namespace
 
-extern "C" em_status em__cuda_unscale(int dev, em_tensor *const *t, int n, float inv, bool *found_inf)
+extern "C" int em_cuda_UNSCALE(const em_kargs *k)
 {
-    *found_inf = false;
+    em_tensor *const *t = k->list;
+    const int n = k->nlist, dev = k->out[0]->device.index;
+    const float inv = (float)k->f[0];
+    float *dfound = (float *)em_data_ptr(k->out[0]);
     std::vector<UChunk> chunks;
     for (int i = 0; i < n; i++) {
         em_tensor *x = t[i];
@@ -68,25 +71,18 @@ extern "C" em_status em__cuda_unscale(int dev, em_tensor *const *t, int n, float
             chunks.push_back(UChunk{base + b * (int64_t)es, numel - b < kChunk ? numel - b : kChunk,
                                     x->dtype == EM_F64});
     }
-    if (chunks.empty()) return EM_OK;
     if (chunks.size() > 0x7fffffffu) return em__fail(EM_ERR_UNSUPPORTED, "cuda unscale: too many chunks");
     cudaStream_t s;
     EM_TRY(begin(dev, &s));
-    constexpr size_t kHead = 256;   /* the found_inf word, then the chunks */
-    std::vector<char> host(kHead + chunks.size() * sizeof(UChunk), 0);
-    memcpy(host.data() + kHead, chunks.data(), chunks.size() * sizeof(UChunk));
+    EM_CU(cudaMemsetAsync(dfound, 0, sizeof(float), s));
+    if (chunks.empty()) return EM_OK;
     Scratch table;
-    EM_TRY(table.get(host.size(), dev));
-    EM_CU(cudaMemcpyAsync(table.p, host.data(), host.size(), cudaMemcpyHostToDevice, s));
-    int *dfound = table.as<int>();
-    const UChunk *dc = (const UChunk *)(table.as<char>() + kHead);
+    EM_TRY(table.get(chunks.size() * sizeof(UChunk), dev));
+    EM_CU(cudaMemcpyAsync(table.p, chunks.data(), chunks.size() * sizeof(UChunk), cudaMemcpyHostToDevice, s));
+    const UChunk *dc = table.as<const UChunk>();
     unsigned grid = (unsigned)chunks.size();
     if (inv != 1.0f) unscale_kernel<true><<<grid, kUnscaleThreads, 0, s>>>(dc, inv, dfound);
     else unscale_kernel<false><<<grid, kUnscaleThreads, 0, s>>>(dc, inv, dfound);
     EM_CU_LAUNCHED();
-    int found = 0;
-    EM_CU(cudaMemcpyAsync(&found, dfound, sizeof found, cudaMemcpyDeviceToHost, s));
-    EM_CU(cudaStreamSynchronize(s));
-    *found_inf = found != 0;
     return EM_OK;
 }

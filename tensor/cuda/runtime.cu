@@ -200,9 +200,5 @@ __attribute__((constructor)) static void em_cuda_register(void)
     table.cache_stats = em__cuda_cache_stats;
     table.host_alloc = em__cuda_host_alloc;
     table.host_free = em__cuda_host_free;
-    table.adamw = em__cuda_adamw;
-    table.unscale = em__cuda_unscale;
-    table.linear = em__cuda_linear;
-    table.sdpa_bwd = em__cuda_sdpa_bwd;
     em__register_backend_probe(EM_DEVICE_CUDA, em_cuda_probe);
 }
