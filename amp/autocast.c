@@ -2,13 +2,15 @@
  * (amp.h "Autocast"; reference §5.2).
  *
  * tensor/ knows nothing of amp: its op front-ends call em__autocast_hook on
- * each floating input when the hook is set (tensor_internal.h). The first
+ * each floating input when the hook is set (tensor/hooks.h). The first
  * region installs the hook; from then on it returns its input unchanged
  * unless this thread is inside an enabled region and the op's policy asks
  * for another dtype.
  */
 #include "amp/amp.h"
-#include "tensor/tensor_internal.h"
+#include "tensor/construct.h"
+#include "tensor/hooks.h"
+#include "tensor/support.h"
 
 #include <pthread.h>
 #include <stdlib.h>

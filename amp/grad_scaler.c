@@ -18,7 +18,8 @@
  */
 #include "amp/amp.h"
 #include "tensor/fused.h"
-#include "tensor/tensor_internal.h"
+#include "tensor/construct.h"
+#include "tensor/support.h"
 
 #include <errno.h>
 #include <math.h>

@@ -3,7 +3,10 @@
 #define EMBER_AUTOGRAD_INTERNAL_H
 
 #include "autograd/autograd.h"
-#include "tensor/tensor_internal.h"
+#include "tensor/construct.h"
+#include "tensor/fused.h"
+#include "tensor/hooks.h"
+#include "tensor/support.h"
 
 #define EM_NODE_MAX_OUT EM_KARGS_OUT
 #define EM_ACCUMULATE_GRAD EM_NUM_OPS   /* the op id of a leaf's AccumulateGrad node */

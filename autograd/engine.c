@@ -450,8 +450,7 @@ static void accumulate(em_node *n, em_tensor *g)
                    g->storage->nbytes == (size_t)em_numel(g) * em_dtype_size(g->dtype) && !g->ag;
         m->grad = own ? em_retain(g) : em_retain(em_clone(g));
     } else if (em_is_contiguous(m->grad)) {
-        em_kargs k = {.op = EM_OP_ADD, .in = {m->grad, g}, .out = {m->grad}, .inplace = true};
-        em__dispatch(&k);
+        em__add_into(m->grad, g);
     } else {
         em_tensor *sum = em_add(m->grad, g);
         em_retain(sum);

@@ -2,7 +2,8 @@
  * transformers' DataCollatorWithPadding (right padding, attention_mask,
  * token_type_ids padded with 0, "label" -> labels). */
 #include "data/loader_internal.h"
-#include "tensor/tensor_internal.h"
+#include "tensor/construct.h"
+#include "tensor/support.h"
 
 #include <string.h>
 

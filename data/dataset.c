@@ -5,7 +5,7 @@
  * spanning [start[i], start[i+1]); labels in a fourth. get() only points
  * into them, so any number of threads may read the dataset at once. */
 #include "data/table_internal.h"
-#include "tensor/tensor_internal.h"
+#include "tensor/support.h"
 
 #include <errno.h>
 #include <stdio.h>

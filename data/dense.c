@@ -5,7 +5,9 @@
  * resume, the Accelerator) sees indices only, as for text datasets. */
 #include "data/data.h"
 #include "autograd/autograd.h"
-#include "tensor/tensor_internal.h"
+#include "tensor/construct.h"
+#include "tensor/numeric.h"
+#include "tensor/support.h"
 
 #include <string.h>
 

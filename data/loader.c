@@ -17,7 +17,8 @@
  * loading, and drops the batches loaded ahead. Only then may the schedule be
  * rebuilt, so workers read it without the lock. */
 #include "data/loader_internal.h"
-#include "tensor/tensor_internal.h"
+#include "tensor/construct.h"
+#include "tensor/support.h"
 
 #include <pthread.h>
 #include <stdio.h>

@@ -6,7 +6,7 @@
  * count batches and indices, once to write them. Positions in the walk are
  * positions in the epoch's order; `order` maps them to dataset indices. */
 #include "data/loader_internal.h"
-#include "tensor/tensor_internal.h"
+#include "tensor/support.h"
 
 #include <string.h>
 

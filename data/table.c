@@ -7,7 +7,7 @@
  * cJSON. Positions in messages are 1-based physical lines and 1-based byte
  * columns within that line (a UTF-8 BOM at the start is not counted). */
 #include "data/table_internal.h"
-#include "tensor/tensor_internal.h"
+#include "tensor/support.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>

@@ -4,7 +4,7 @@
  * (special tokens, longest_first truncation, padding), and decoding.
  * Text -> ids lives in tokenizer_text.c. */
 #include "data/tokenizer_internal.h"
-#include "tensor/tensor_internal.h"
+#include "tensor/support.h"
 
 #include <errno.h>
 #include <pthread.h>

@@ -5,7 +5,7 @@
  * Parsing is cJSON's; every message names the file and the JSON field. The
  * vocabulary goes through em__tok_build (tokenizer.c), as vocab.txt does. */
 #include "data/tokenizer_internal.h"
-#include "tensor/tensor_internal.h"
+#include "tensor/support.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>

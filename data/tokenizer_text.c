@@ -17,7 +17,7 @@
  * substrings up in the vocabulary hash table (no strings are built: "##x" is
  * looked up as the key x with the continuation flag). */
 #include "data/tokenizer_internal.h"
-#include "tensor/tensor_internal.h"
+#include "tensor/support.h"
 
 #include <pthread.h>
 #include <string.h>

@@ -2,7 +2,7 @@
  * and the multi-head attention core that BERT shares (nn_internal.h). */
 #include "nn/nn_internal.h"
 #include "tensor/op_grad.h"
-#include "tensor/tensor_internal.h"
+#include "tensor/support.h"
 
 #include <string.h>
 

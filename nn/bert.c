@@ -7,7 +7,7 @@
  *   encoder.layer.<i>.intermediate.dense, encoder.layer.<i>.output.{dense,LayerNorm},
  *   pooler.dense; the head: classifier. */
 #include "nn/nn_internal.h"
-#include "tensor/tensor_internal.h"
+#include "tensor/support.h"
 
 #include <stdio.h>
 #include <string.h>

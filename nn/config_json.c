@@ -3,7 +3,7 @@
  * alone; a present key of the wrong type or range is EM_ERR_FORMAT naming
  * the file and the key. */
 #include "nn/nn_internal.h"
-#include "tensor/tensor_internal.h"
+#include "tensor/support.h"
 
 #include <string.h>
 

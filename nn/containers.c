@@ -3,7 +3,7 @@
  * and checkpoints match; and em_module_forward, the one-input forward slot
  * that layers, Sequential and user modules fill. */
 #include "nn/nn_internal.h"
-#include "tensor/tensor_internal.h"
+#include "tensor/support.h"
 
 #include <stdio.h>
 #include <string.h>

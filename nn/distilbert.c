@@ -2,7 +2,7 @@
  * (../shared/reference/accelerate-semantics.md §7), the sequence-classification
  * loss both DistilBERT and BERT use, and DistilBERT's config.json reader/writer. */
 #include "nn/nn_internal.h"
-#include "tensor/tensor_internal.h"
+#include "tensor/support.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -2,7 +2,7 @@
  * pieces"): their parameter count and the sequence-classification loss of
  * DistilBERT and BERT. */
 #include "nn/nn_internal.h"
-#include "tensor/tensor_internal.h"
+#include "tensor/support.h"
 
 em_tensor *em__seqcls_loss(em_tensor *logits, em_tensor *labels, int num_labels, em_problem_type *pt, const char *op)
 {

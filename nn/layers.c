@@ -3,7 +3,8 @@
  * uses to build modules (nn_internal.h). */
 #include "nn/nn_internal.h"
 #include "tensor/op_grad.h"
-#include "tensor/tensor_internal.h"
+#include "tensor/construct.h"
+#include "tensor/support.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -2,7 +2,8 @@
  * differentiable ops (the fused cross-entropy kernel, elementwise ops and
  * reductions), so autograd differentiates them with no rule of their own. */
 #include "nn/nn_internal.h"
-#include "tensor/tensor_internal.h"
+#include "tensor/construct.h"
+#include "tensor/support.h"
 
 #include <string.h>
 

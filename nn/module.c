@@ -2,7 +2,8 @@
  * children, walks over the tree, and flat parameter storage. */
 #include "nn/nn.h"
 #include "nn/nn_internal.h"
-#include "tensor/tensor_internal.h"
+#include "tensor/construct.h"
+#include "tensor/support.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -3,7 +3,7 @@
  * missing and unexpected keys) and save_pretrained (atomic files that
  * transformers loads). JSON goes through cJSON (Debian libcjson). */
 #include "nn/nn_internal.h"
-#include "tensor/tensor_internal.h"
+#include "tensor/support.h"
 
 #include <errno.h>
 #include <fcntl.h>

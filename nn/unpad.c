@@ -15,7 +15,7 @@
  * tensors belong to the scope that is open when em__pack_plan runs.
  */
 #include "nn/nn_internal.h"
-#include "tensor/tensor_internal.h"
+#include "tensor/support.h"
 
 #include <string.h>
 

@@ -5,7 +5,9 @@
 #define EMBER_OPTIM_INTERNAL_H
 
 #include "optim/optim.h"
-#include "tensor/tensor_internal.h"
+#include "tensor/construct.h"
+#include "tensor/numeric.h"
+#include "tensor/support.h"
 
 #include <omp.h>
 

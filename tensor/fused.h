@@ -1,6 +1,6 @@
 /* ember — the fused kernels' front-ends, for the layers above tensor/ (optim's
  * AdamW, amp's GradScaler, autograd's SDPA rule). Each is one op of the table
- * (ops.h ADAMW_STEP, UNSCALE, SDPA_BWD): the CPU and CUDA kernels sit in the
+ * (ops.h ADAMW_STEP, UNSCALE, SDPA_BWD; and an in-place ADD for autograd): the CPU and CUDA kernels sit in the
  * backends' kernels[] like every other op, so the op tests and the CPU/CUDA
  * parity loop cover them. Not installed. Misuse (a dead or mismatched tensor)
  * goes to the handler and returns EM_ERR_INVALID; nothing is recorded for
@@ -9,6 +9,11 @@
 #define EMBER_TENSOR_FUSED_H
 
 #include "tensor/tensor.h"
+
+/* dst += src in place (src broadcastable to dst; dst contiguous; one dtype
+ * and device): one ADD kernel, as autograd's gradient accumulation needs
+ * (dst requires no grad, so nothing is recorded). Returns the kernel's status. */
+em_status em__add_into(em_tensor *dst, em_tensor *src);
 
 /* Fills *hdr with a header over n contiguous elements of t's storage from
  * t's offset (1-d), for the callers' runs of adjacent tensors (a flat

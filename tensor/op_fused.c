@@ -20,6 +20,12 @@ static bool like(em_tensor *t, em_tensor *ref, const char *op, const char *what)
     return false;
 }
 
+em_status em__add_into(em_tensor *dst, em_tensor *src)
+{
+    em_kargs k = {.op = EM_OP_ADD, .in = {dst, src}, .out = {dst}, .inplace = true};
+    return em__dispatch(&k);
+}
+
 void em__run_header(em_tensor *hdr, em_tensor *t, int64_t n)
 {
     *hdr = (em_tensor){.storage = t->storage, .offset = t->offset, .ndim = 1, .shape = {n}, .stride = {1},
