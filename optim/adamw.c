@@ -21,9 +21,9 @@
 
 #include <math.h>
 
-enum { B1, B2, EPS };   /* em__group.hp: beta1, beta2, eps */
+enum { B1 = EM__ADAM_B1, B2 = EM__ADAM_B2, EPS = EM__ADAM_EPS };
 
-static em_adamw_scalars consts_of(const em_optimizer *o, const em__group *g, const em__span *sp)
+static em_adamw_scalars consts_of(const em_optimizer *o, const em__group *g, const em__span *sp, bool l2)
 {
     double step = sp->step + 1;
     double bias_correction1 = 1 - pow(g->hp[B1], step);
@@ -41,6 +41,7 @@ static em_adamw_scalars consts_of(const em_optimizer *o, const em__group *g, con
         .fma = em__opt_have_fma(),
     };
     c.small = fabs(sp->dtype == EM_F32 ? (double)(float)c.w1 : c.w1) < 0.5;
+    if (l2 && g->weight_decay != 0) c.decay = g->weight_decay, c.l2 = true;   /* Adam: wd p joins the gradient */
     return c;
 }
 
@@ -49,14 +50,13 @@ static em_adamw_scalars consts_of(const em_optimizer *o, const em__group *g, con
  * operation for operation. The span's tensors are headers on the stack
  * (em__run_header), so nothing is allocated between the first update and
  * the last: on the CPU the step cannot fail half-way. */
-static em_status adamw_update_ops(const em_optimizer *o, const em__group *g, const em__span *sps, int n, em_device dev)
+em_status em__adam_update_ops(const em_optimizer *o, const em__group *g, const em__span *sps, int n, bool l2)
 {
-    (void)dev;
     em_status st = EM_OK;
     for (int k = 0; k < n && st == EM_OK; k++) {
         const em__span *sp = &sps[k];
         if (sp->n == 0) continue;
-        em_adamw_scalars c = consts_of(o, g, sp);
+        em_adamw_scalars c = consts_of(o, g, sp, l2);
         em_tensor p, gr, m, v, vm;
         em__run_header(&p, sp->tp, sp->n), em__run_header(&gr, sp->tg, sp->n);
         em__run_header(&m, sp->ts[0], sp->n), em__run_header(&v, sp->ts[1], sp->n);
@@ -66,9 +66,15 @@ static em_status adamw_update_ops(const em_optimizer *o, const em__group *g, con
     return st;
 }
 
-static int adamw_n_state(const em_optimizer *o, const em__group *g) { return o->flag ? 3 : 2; }
+static em_status adamw_update_ops(const em_optimizer *o, const em__group *g, const em__span *sps, int n, em_device dev)
+{
+    (void)dev;
+    return em__adam_update_ops(o, g, sps, n, false);
+}
 
-static bool adamw_check(const em_optimizer *o, const em__group *g, const char *op)
+int em__adam_n_state(const em_optimizer *o, const em__group *g) { return o->flag ? 3 : 2; }
+
+bool em__adam_check(const em_optimizer *o, const em__group *g, const char *op)
 {
     const char *what = NULL;
     double val = 0;
@@ -81,26 +87,26 @@ static bool adamw_check(const em_optimizer *o, const em__group *g, const char *o
     return !what;
 }
 
-/* ---- hyperparameters: betas, eps and the amsgrad switch ---- */
-static void adamw_resolve(const em_param_group *pg, const em__group *d, em__group *g)
+/* ---- hyperparameters: betas, eps and the amsgrad switch (Adam's too) ---- */
+void em__adam_resolve(const em_param_group *pg, const em__group *d, em__group *g)
 {
     g->hp[B1] = em__opt_value(pg->betas[0], d->hp[B1]);
     g->hp[B2] = em__opt_value(pg->betas[1], d->hp[B2]);
     g->hp[EPS] = em__opt_value(pg->eps, d->hp[EPS]);
 }
 
-static void adamw_to_public(const em_optimizer *o, const em__group *g, em_param_group *pg)
+void em__adam_to_public(const em_optimizer *o, const em__group *g, em_param_group *pg)
 {
     pg->betas[0] = g->hp[B1], pg->betas[1] = g->hp[B2], pg->eps = g->hp[EPS];
 }
 
-static bool adamw_save_meta(const em_optimizer *o, const em__group *g, em__meta_out *out)
+bool em__adam_save_meta(const em_optimizer *o, const em__group *g, em__meta_out *out)
 {
     return em__meta_put(out, "betas", "%.17g,%.17g", g->hp[B1], g->hp[B2]) &&
            em__meta_put(out, "eps", "%.17g", g->hp[EPS]) && em__meta_put(out, "amsgrad", "%s", o->flag ? "true" : "false");
 }
 
-static em_status adamw_load_meta(const em_optimizer *o, const em__meta_in *in, em__group *g)
+em_status em__adam_load_meta(const em_optimizer *o, const em__meta_in *in, em__group *g)
 {
     double betas[2];
     em_status s = em__meta_flag(in, "amsgrad", o->flag);
@@ -110,30 +116,32 @@ static em_status adamw_load_meta(const em_optimizer *o, const em__meta_in *in, e
     return s;
 }
 
-static const em__optim_kind adamw_kind = {
+const em__optim_kind em__adamw_kind = {
     .name = "AdamW",
+    .defaults = {.lr = 1e-3, .weight_decay = 1e-2, .hp = {[B1] = 0.9, [B2] = 0.999, [EPS] = 1e-8}},
     .state_names = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"},
     .has_step = true,
-    .resolve = adamw_resolve,
-    .to_public = adamw_to_public,
-    .save_meta = adamw_save_meta,
-    .load_meta = adamw_load_meta,
-    .n_state = adamw_n_state,
-    .check = adamw_check,
+    .resolve = em__adam_resolve,
+    .to_public = em__adam_to_public,
+    .save_meta = em__adam_save_meta,
+    .load_meta = em__adam_load_meta,
+    .n_state = em__adam_n_state,
+    .check = em__adam_check,
     .update_ops = adamw_update_ops,
 };
 
 static em_optimizer *adamw_new(const em_param_group *groups, int n_groups, const em_adamw_opts *opts, const char *op)
 {
     em_adamw_opts o = opts ? *opts : (em_adamw_opts){0};
+    const em__group *k = &em__adamw_kind.defaults;
     em__group d = {
-        .lr = em__opt_value(o.lr, 1e-3),
-        .hp[B1] = em__opt_value(o.betas[0], 0.9),
-        .hp[B2] = em__opt_value(o.betas[1], 0.999),
-        .hp[EPS] = em__opt_value(o.eps, 1e-8),
-        .weight_decay = em__opt_value(o.weight_decay, 1e-2),
+        .lr = em__opt_value(o.lr, k->lr),
+        .hp[B1] = em__opt_value(o.betas[0], k->hp[B1]),
+        .hp[B2] = em__opt_value(o.betas[1], k->hp[B2]),
+        .hp[EPS] = em__opt_value(o.eps, k->hp[EPS]),
+        .weight_decay = em__opt_value(o.weight_decay, k->weight_decay),
     };
-    return em__optimizer_new(&adamw_kind, &d, o.amsgrad, o.maximize, groups, n_groups, op);
+    return em__optimizer_new(&em__adamw_kind, &d, o.amsgrad, o.maximize, groups, n_groups, op);
 }
 
 em_optimizer *em_adamw_new(em_tensor *const *params, int n, const em_adamw_opts *opts)

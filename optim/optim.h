@@ -62,17 +62,17 @@ typedef struct em_param_group {
     em_tensor *const *params;   /**< n_params tensors */
     int n_params;               /**< entries of params (0: an empty group) */
     double lr;                  /**< learning rate */
-    double weight_decay;        /**< decay factor (AdamW: decoupled; SGD: added to the gradient) */
+    double weight_decay;        /**< decay factor (AdamW: decoupled; SGD, Adam: added to the gradient) */
     /** @{ */
     double momentum, dampening; /**< SGD   */
     /** @} */
     /** @{ */
-    double betas[2], eps;       /**< AdamW */
+    double betas[2], eps;       /**< AdamW, Adam */
     /** @} */
 } em_param_group;
 
-/** An optimizer (SGD or AdamW; opaque): made by em_sgd_new / em_adamw_new and
- * their _groups forms, freed by em_optimizer_free. */
+/** An optimizer (opaque): made by em_optimizer_new, or the typed em_sgd_new /
+ * em_adamw_new and their _groups forms; freed by em_optimizer_free. */
 typedef struct em_optimizer em_optimizer;
 
 /** torch.optim.SGD. Defaults: lr 1e-3 (torch 2.x), everything else 0/false.
@@ -113,6 +113,23 @@ em_optimizer *em_adamw_new_module(em_module *m, const em_adamw_opts *opts);
 em_optimizer *em_sgd_new_groups(const em_param_group *groups, int n_groups, const em_sgd_opts *opts);
 /** AdamW over several groups, as em_sgd_new_groups. */
 em_optimizer *em_adamw_new_groups(const em_param_group *groups, int n_groups, const em_adamw_opts *opts);
+/** Options of em_optimizer_new. */
+typedef struct em_optimizer_opts {
+    /** The groups' defaults (params ignored): 0 fields take the kind's own
+     * defaults (torch's), EM_ZERO is an explicit 0; fields the kind does not
+     * use are ignored. */
+    em_param_group defaults;
+    bool maximize;   /**< ascend instead of descend */
+    bool flag;       /**< the kind's own switch: amsgrad (AdamW, Adam), nesterov (SGD) */
+} em_optimizer_opts;
+
+/** Any registered optimizer by torch's class name ("SGD", "AdamW", "Adam"),
+ * over n_groups groups (as em_sgd_new_groups). opts may be NULL (the kind's
+ * defaults). The typed constructors above are shorthands for the kinds they
+ * name. Misuse: an unknown name (the message lists the known ones), and the
+ * kind's own checks. NULL on OOM. */
+em_optimizer *em_optimizer_new(const char *kind, const em_param_group *groups, int n_groups,
+                               const em_optimizer_opts *opts);
 /** torch's add_param_group: the new group's zero fields take the optimizer's options. */
 em_status em_optimizer_add_param_group(em_optimizer *opt, const em_param_group *group);
 void em_optimizer_free(em_optimizer *opt);   /**< releases parameters and state; NULL is ok */

@@ -14,6 +14,7 @@
 #define em_optimizer_group(...) EM__AT(em_optimizer_group, __VA_ARGS__)
 #define em_optimizer_lr(...) EM__AT(em_optimizer_lr, __VA_ARGS__)
 #define em_optimizer_name(...) EM__AT(em_optimizer_name, __VA_ARGS__)
+#define em_optimizer_new(...) EM__AT(em_optimizer_new, __VA_ARGS__)
 #define em_optimizer_num_groups(...) EM__AT(em_optimizer_num_groups, __VA_ARGS__)
 #define em_optimizer_param_step(...) EM__AT(em_optimizer_param_step, __VA_ARGS__)
 #define em_optimizer_set_lr(...) EM__AT(em_optimizer_set_lr, __VA_ARGS__)

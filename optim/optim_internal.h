@@ -65,7 +65,8 @@ typedef struct em__span {
 } em__span;
 
 typedef struct em__optim_kind {
-    const char *name;                                   /* "AdamW", "SGD" */
+    const char *name;                                   /* torch's class name: "AdamW", "SGD" */
+    em__group defaults;                                 /* torch's defaults: lr, weight_decay, hp[] */
     const char *state_names[EM__OPT_MAX_STATE];         /* torch's state keys */
     bool has_step;                                      /* state["step"] is saved */
     /* Its hyperparameters: from a public group (zero fields take d's, as
@@ -99,6 +100,22 @@ struct em_optimizer {
     bool flag;            /* and the kind's own (AdamW: amsgrad; SGD: nesterov) */
 };
 
+/* The Adam family (optim/adamw.c): what AdamW and Adam share. hp[] holds
+ * beta1, beta2, eps; the kind's switch is amsgrad. update_ops runs one
+ * ADAMW_STEP op per span, with the weight decay decoupled (AdamW) or, with
+ * l2, added to the gradient (Adam). */
+enum { EM__ADAM_B1, EM__ADAM_B2, EM__ADAM_EPS };
+void em__adam_resolve(const em_param_group *pg, const em__group *d, em__group *g);
+void em__adam_to_public(const em_optimizer *o, const em__group *g, em_param_group *pg);
+bool em__adam_save_meta(const em_optimizer *o, const em__group *g, em__meta_out *out);
+em_status em__adam_load_meta(const em_optimizer *o, const em__meta_in *in, em__group *g);
+int em__adam_n_state(const em_optimizer *o, const em__group *g);
+bool em__adam_check(const em_optimizer *o, const em__group *g, const char *op);
+em_status em__adam_update_ops(const em_optimizer *o, const em__group *g, const em__span *sps, int n, bool l2);
+
+/* The registered kinds (optim/kinds.c): the kind named name (torch's class
+ * name, case-sensitive), or NULL. */
+const em__optim_kind *em__optim_kind_named(const char *name);
 /* Builds an optimizer of kind k: defaults and switches already resolved by the
  * caller; each group's zero fields take the defaults. op names the public
  * function for misuse messages. NULL on OOM or misuse. */

@@ -123,8 +123,9 @@ static em_status sgd_load_meta(const em_optimizer *o, const em__meta_in *in, em_
     return s;
 }
 
-static const em__optim_kind sgd_kind = {
+const em__optim_kind em__sgd_kind = {
     .name = "SGD",
+    .defaults = {.lr = 1e-3},
     .state_names = {"momentum_buffer"},
     .has_step = false,
     .resolve = sgd_resolve,
@@ -139,13 +140,14 @@ static const em__optim_kind sgd_kind = {
 static em_optimizer *sgd_new(const em_param_group *groups, int n_groups, const em_sgd_opts *opts, const char *op)
 {
     em_sgd_opts o = opts ? *opts : (em_sgd_opts){0};
+    const em__group *k = &em__sgd_kind.defaults;
     em__group d = {
-        .lr = em__opt_value(o.lr, 1e-3),
-        .hp[MOM] = em__opt_value(o.momentum, 0),
-        .hp[DAMP] = em__opt_value(o.dampening, 0),
-        .weight_decay = em__opt_value(o.weight_decay, 0),
+        .lr = em__opt_value(o.lr, k->lr),
+        .hp[MOM] = em__opt_value(o.momentum, k->hp[MOM]),
+        .hp[DAMP] = em__opt_value(o.dampening, k->hp[DAMP]),
+        .weight_decay = em__opt_value(o.weight_decay, k->weight_decay),
     };
-    return em__optimizer_new(&sgd_kind, &d, o.nesterov, o.maximize, groups, n_groups, op);
+    return em__optimizer_new(&em__sgd_kind, &d, o.nesterov, o.maximize, groups, n_groups, op);
 }
 
 em_optimizer *em_sgd_new(em_tensor *const *params, int n, const em_sgd_opts *opts)

@@ -24,7 +24,7 @@ void em__run_header(em_tensor *hdr, em_tensor *t, int64_t n);
 
 /* AdamW's per-step scalars, in double as optim computes them (optim/adamw.c). */
 typedef struct em_adamw_scalars {
-    double decay;      /* 1 - lr*wd (1 when wd == 0)                   */
+    double decay;      /* 1 - lr*wd (1 when wd == 0); with l2: wd       */
     double w1;         /* 1 - beta1                                     */
     double beta2, w2;  /* beta2, 1 - beta2                              */
     double bc2_sqrt;   /* (1 - beta2^step)^0.5                          */
@@ -33,6 +33,7 @@ typedef struct em_adamw_scalars {
     double sign;       /* -1 with maximize, else 1                      */
     bool small;        /* lerp as m + w1*(g-m) (else g - (1-w1)*(g-m))  */
     bool fma;          /* torch's fused multiply-adds (a CPU with FMA)  */
+    bool l2;           /* decay coupled into the gradient (torch.optim.Adam; wd != 0) */
 } em_adamw_scalars;
 
 /* One AdamW update of p, m, v (and vmax, amsgrad; or NULL) in place from g:

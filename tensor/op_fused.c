@@ -49,7 +49,7 @@ em_status em__adamw_step(em_tensor *p, em_tensor *g, em_tensor *m, em_tensor *v,
     }
     em_kargs k = {.op = EM_OP_ADAMW_STEP, .in = {g}, .out = {p, m, v, vmax},
                   .f = {c->decay, c->w1, c->beta2, c->w2, c->bc2_sqrt, c->neg_step, c->eps, c->sign},
-                  .i = {c->small, c->fma}, .inplace = true};
+                  .i = {c->small, c->fma, c->l2}, .inplace = true};
     return em__dispatch(&k);
 }
 

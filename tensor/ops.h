@@ -101,7 +101,9 @@ struct em_tensor;
        elements, one dtype (f32/f64), one device. f[0]=decay (1 - lr wd), f[1]=w1     \
        (1 - beta1), f[2]=beta2, f[3]=w2 (1 - beta2), f[4]=sqrt(1 - beta2^step),        \
        f[5]=-lr/(1 - beta1^step), f[6]=eps, f[7]=sign (-1: maximize); i[0]=1: lerp as  \
-       m + w1 (g-m) (else g - (1-w1)(g-m)); i[1]=1: torch's fused multiply-adds. Each \
+       m + w1 (g-m) (else g - (1-w1)(g-m)); i[1]=1: torch's fused multiply-adds;      \
+       i[2]=1: L2 decay as torch.optim.Adam: f[0] is the weight decay wd != 0, the     \
+       gradient becomes g sign + wd p (add with alpha) and p is not decayed. Each      \
        scalar is rounded to the dtype once; the loop is optim/adamw.c's, bit-exactly.  \
        UNSCALE: list[0..nlist) contiguous f32/f64 tensors of one device, multiplied in \
        place by f[0] (skipped when f[0] == 1) -> out[0] f32 [1] on that device: 1 when \

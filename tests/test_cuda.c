@@ -611,14 +611,15 @@ static int c_sdpa(ctx *c, em_tensor **o)
 /* ---- fused ops (tensor/fused.h): AdamW's update, GradScaler's unscale, SDPA's backward ---------------- */
 static int c_adamw_step(ctx *c, em_tensor **o)
 {
-    if (c->variant > 2) return 0;
-    bool ams = c->variant == 1;
+    if (c->variant > 3) return 0;
+    bool ams = c->variant == 1 || c->variant == 3;
     em_tensor *p = gen(c, EM_SHAPE(70001), -1, 1), *g = gen(c, EM_SHAPE(70001), -1, 1);
     em_tensor *m = gen(c, EM_SHAPE(70001), -0.1, 0.1), *v = gen(c, EM_SHAPE(70001), 0, 0.01);
     em_tensor *vm = ams ? gen(c, EM_SHAPE(70001), 0, 0.02) : NULL;
     em_adamw_scalars k = {.decay = 1 - 1e-3 * 0.01, .w1 = 0.1, .beta2 = 0.999, .w2 = 0.001,
                           .bc2_sqrt = sqrt(1 - pow(0.999, 3)), .neg_step = -1e-3 / (1 - pow(0.9, 3)), .eps = 1e-8,
                           .sign = ams ? -1 : 1, .small = c->variant != 1, .fma = c->variant != 2};
+    if (c->variant == 3) k.decay = 0.05, k.l2 = true;   /* Adam's decay, in the gradient */
     if (em__adamw_step(p, g, m, v, vm, &k) != EM_OK) return 0;
     o[0] = p, o[1] = m, o[2] = v, o[3] = vm;
     return ams ? 4 : 3;

@@ -815,6 +815,14 @@ START_TEST(misuse_nesterov_without_momentum)
 }
 END_TEST
 
+START_TEST(misuse_unknown_optimizer_name)
+{
+    tu_expect_misuse("unknown optimizer 'Lion' (ember has SGD, AdamW");
+    em_tensor *p = leaf();
+    em_optimizer_new("Lion", &(em_param_group){.params = &p, .n_params = 1}, 1, NULL);
+}
+END_TEST
+
 START_TEST(misuse_group_out_of_range)
 {
     tu_expect_misuse("group 2 out of range: the optimizer has 1 group");
@@ -917,6 +925,7 @@ static Suite *make_suite(void)
     tu_add_misuse_test(tc, misuse_negative_lr);
     tu_add_misuse_test(tc, misuse_bad_beta);
     tu_add_misuse_test(tc, misuse_nesterov_without_momentum);
+    tu_add_misuse_test(tc, misuse_unknown_optimizer_name);
     tu_add_misuse_test(tc, misuse_group_out_of_range);
     tu_add_misuse_test(tc, misuse_param_in_two_groups);
     tu_add_misuse_test(tc, misuse_empty_parameter_list);

@@ -36,7 +36,7 @@ struct Span {
     int64_t n;
     em_dtype dtype;
     double decay, w1, beta2, w2, bc2_sqrt, neg_step, eps, sign;
-    bool small;
+    bool small, l2;
 };
 constexpr int kAdamThreads = 512;
 
@@ -50,7 +50,7 @@ struct Chunk {
 
 template <class T> struct Consts {
     T decay, coef, beta2, w2, bc2s, neg_step, eps, sign;
-    int small;
+    int small, l2;   /* l2: decay is Adam's wd, added to the gradient */
 };
 
 /* Correctly rounded operations that nvcc never fuses. */
@@ -78,7 +78,9 @@ __global__ void __launch_bounds__(kAdamThreads) adamw_kernel(const Chunk *chunks
     T *p = (T *)c.p, *m = (T *)c.m, *v = (T *)c.v, *vmax = (T *)c.vmax;
     const T *g = (const T *)c.g;
     for (int64_t i = threadIdx.x; i < c.n; i += blockDim.x) {
-        T gi = mul_(g[i], k.sign), pi = mul_(p[i], k.decay), mo = m[i];
+        T gi = mul_(g[i], k.sign), pi, mo = m[i];
+        if (k.l2) pi = p[i], gi = madd<FMA>(pi, k.decay, gi);
+        else pi = mul_(p[i], k.decay);
         T mi = madd<FMA>(k.coef, sub_(gi, mo), k.small ? mo : gi);
         T vb = mul_(v[i], k.beta2);
         T vi = madd<FMA>(mul_(k.w2, gi), gi, vb);
@@ -111,7 +113,7 @@ em_status run(int dev, cudaStream_t s, const Span *spans, int n, em_dtype dt, bo
         /* the scalars exactly as adamw.c rounds them (host IEEE arithmetic in T) */
         T w1 = (T)a.w1;
         Consts<T> c = {(T)a.decay, a.small ? w1 : -((T)1 - w1), (T)a.beta2, (T)a.w2, (T)a.bc2_sqrt, (T)a.neg_step,
-                       (T)a.eps, (T)a.sign, a.small ? 1 : 0};
+                       (T)a.eps, (T)a.sign, a.small ? 1 : 0, a.l2 ? 1 : 0};
         int span = (int)consts.size();
         consts.push_back(c);
         size_t es = sizeof(T);
@@ -170,6 +172,6 @@ extern "C" int em_cuda_ADAMW_STEP(const em_kargs *k)
     const double *f = k->f;
     Span a = {em_data_ptr(p), em_data_ptr(k->in[0]), em_data_ptr(k->out[1]), em_data_ptr(k->out[2]),
               vm ? em_data_ptr(vm) : nullptr, em_numel(p), p->dtype, f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7],
-              k->i[0] != 0};
+              k->i[0] != 0, k->i[2] != 0};
     return adamw_spans(p->device.index, &a, 1, k->i[1] != 0);
 }
