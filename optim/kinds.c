@@ -7,7 +7,7 @@
 
 #include <string.h>
 
-#define EM__OPTIM_KINDS(X) X(sgd) X(adamw)
+#define EM__OPTIM_KINDS(X) X(sgd) X(adamw) X(adam)
 
 #define DECLARE(x) extern const em__optim_kind em__##x##_kind;
 EM__OPTIM_KINDS(DECLARE)

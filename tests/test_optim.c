@@ -130,9 +130,24 @@ static em_optimizer *mk_sgd_damp(em_tensor **p)
     return em_sgd_new(p, NP, &(em_sgd_opts){.lr = 0.05, .momentum = 0.8, .dampening = 0.3, .maximize = true});
 }
 
+/* Adam has no typed constructor: it is reached by torch's class name */
+static em_optimizer *mk_adam_l2(em_tensor **p)
+{
+    em_param_group g = {.params = p, .n_params = NP};
+    return em_optimizer_new("Adam", &g, 1, &(em_optimizer_opts){.defaults = {.lr = 1e-2, .weight_decay = 0.1}});
+}
+static em_optimizer *mk_adam_ams_max(em_tensor **p)
+{
+    em_param_group g = {.params = p, .n_params = NP};
+    em_optimizer_opts o = {.defaults = {.lr = 5e-3, .betas = {0.8, 0.99}, .eps = 1e-6, .weight_decay = 0.05},
+                           .flag = true, .maximize = true};
+    return em_optimizer_new("Adam", &g, 1, &o);
+}
+
 static const run_cfg RUNS[] = {
     {"adamw_sched", mk_adamw_sched, true}, {"adamw_ams", mk_adamw_ams, false}, {"adamw_max", mk_adamw_max, false},
-    {"sgd", mk_sgd, false},                {"sgd_damp", mk_sgd_damp, false},
+    {"sgd", mk_sgd, false},                {"sgd_damp", mk_sgd_damp, false},   {"adam_l2", mk_adam_l2, false},
+    {"adam_ams_max", mk_adam_ams_max, false},
 };
 
 /* Where the CPU has FMA, ember fuses exactly where torch's kernels fuse and

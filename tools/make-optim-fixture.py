@@ -19,6 +19,9 @@ Optimizer runs (name: setup), each for 5 steps from the same initial params:
   adamw_max:   AdamW(lr=5e-3, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.0, maximize=True)
   sgd:         SGD(lr=0.1, momentum=0.9, nesterov=True, weight_decay=1e-2)
   sgd_damp:    SGD(lr=0.05, momentum=0.8, dampening=0.3, maximize=True)
+  adam_l2:     Adam(lr=1e-2, weight_decay=0.1)                  (L2 decay in the gradient)
+  adam_ams_max: Adam(lr=5e-3, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.05, amsgrad=True,
+               maximize=True)
 Stored: <run>.step<k>.p<i> (params after step k), <run>.lr (float64 [5], the lr
 each step used), and the final optimizer state <run>.state.<i>.<key> as in
 torch's state_dict (step as float32 0-d).
@@ -137,6 +140,10 @@ def main():
                   lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, nesterov=True, weight_decay=1e-2))
     run_optimizer(out, "sgd_damp", init, grads,
                   lambda ps: torch.optim.SGD(ps, lr=0.05, momentum=0.8, dampening=0.3, maximize=True))
+    run_optimizer(out, "adam_l2", init, grads, lambda ps: torch.optim.Adam(ps, lr=1e-2, weight_decay=0.1))
+    run_optimizer(out, "adam_ams_max", init, grads,
+                  lambda ps: torch.optim.Adam(ps, lr=5e-3, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.05,
+                                              amsgrad=True, maximize=True))
 
     out["sched.linear"] = scheduler_lrs(lambda o: get_linear_schedule_with_warmup(o, 2, 10))
     out["sched.linear0"] = scheduler_lrs(lambda o: get_linear_schedule_with_warmup(o, 0, 10))
