@@ -9,6 +9,8 @@
 #include "nn/nn_internal.h"
 #include "tensor/support.h"
 
+extern const em__arch em__bert_arch;   /* below; nn/families.c registers it */
+
 #include <stdio.h>
 #include <string.h>
 

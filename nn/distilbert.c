@@ -4,6 +4,8 @@
 #include "nn/nn_internal.h"
 #include "tensor/support.h"
 
+extern const em__arch em__distilbert_arch;   /* below; nn/families.c registers it */
+
 #include <math.h>
 #include <stdio.h>
 #include <string.h>

@@ -1,13 +1,20 @@
 /* ember — the registry of model families: the one file that names them
  * all. A family (nn_internal.h em__arch) is one file of its own; adding one
- * is a row in `registry` (and, if it wants typed loaders, two wrappers
- * below). pretrained.c gets the registry as an argument and names none. */
+ * is an X(<x>) in EM__FAMILIES (and its file in nn/meson.build; if it wants
+ * typed loaders, two wrappers below and their declarations in nn.h).
+ * pretrained.c gets the registry as an argument and names none. */
 #include "nn/nn_internal.h"
 
-static const em__arch *const registry[] = {
-    &em__distilbert_arch,   /* before bert: the "architectures" hint matches class-name prefixes */
-    &em__bert_arch,
-};
+/* One X(<x>) per family, whose file defines `const em__arch em__<x>_arch`.
+ * distilbert before bert: the "architectures" hint matches class-name prefixes. */
+#define EM__FAMILIES(X) X(distilbert) X(bert)
+
+#define DECLARE(x) extern const em__arch em__##x##_arch;
+EM__FAMILIES(DECLARE)
+#undef DECLARE
+#define ROW(x) &em__##x##_arch,
+static const em__arch *const registry[] = {EM__FAMILIES(ROW)};
+#undef ROW
 static const em__families all = {registry, (int)(sizeof registry / sizeof *registry)};
 
 em_status em_seqcls_from_pretrained(const char *dir, const em_pretrained_opts *opts, em_module **out,

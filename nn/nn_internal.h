@@ -133,10 +133,9 @@ typedef struct em__arch {
     em_seqcls_output (*seqcls_forward)(em_module *m, const em_seqcls_inputs *in);
 } em__arch;
 
-/* The families (each defined in its own file); nn/families.c lists them in
- * the order config.json's "architectures" hint is matched ("DistilBert"
- * before "Bert"): a new family is one file and one row there. */
-extern const em__arch em__distilbert_arch, em__bert_arch;
+/* The families: each file defines its own `const em__arch em__<x>_arch`;
+ * nn/families.c lists them (one X() each) in the order config.json's
+ * "architectures" hint is matched ("DistilBert" before "Bert"). */
 /* The families a loader chooses from (nn/families.c holds the registry and
  * passes it, so pretrained.c names no family). */
 typedef struct em__families {
