@@ -1,7 +1,7 @@
 /* ember — the Accelerator: prepare, per-batch scopes, gradient accumulation
  * with the short last window weighted by its real length, the optimizer and
  * scheduler steps that no-op on non-sync micro-steps, mixed precision,
- * clipping, gather_for_metrics and the process helpers (distributed.h).
+ * clipping, gather_for_metrics and the process helpers (accelerator.h).
  * save_state/load_state live in accelerator_state.c.
  *
  * The window arithmetic. With an active prepared dataloader of L batches per
@@ -12,9 +12,9 @@
  * the step counter reset at each epoch start, but computed from the loader's
  * position, so it also holds after a mid-epoch resume. Without an active
  * loader a plain counter cycles 1..K. */
-#include "distributed/accelerator_internal.h"
-#include "distributed/ddp_internal.h"
-#include "distributed/pg_internal.h"
+#include "distributed/accelerate/accelerator_internal.h"
+#include "distributed/ddp/ddp_internal.h"
+#include "distributed/pg/pg_internal.h"
 #include "nn/nn_internal.h"
 #include "optim/optim_internal.h"
 

@@ -10,7 +10,7 @@
  * timeout or a transport failure the group is marked broken, so every later
  * job fails at once instead of waiting again.
  */
-#include "distributed/pg_internal.h"
+#include "distributed/pg/pg_internal.h"
 
 #include <errno.h>
 #include <sched.h>

@@ -24,7 +24,7 @@
  * skips MPI_Finalize (which would wait for the stuck peers), and the program
  * should exit non-zero; mpirun then stops the other ranks.
  */
-#include "distributed/pg_internal.h"
+#include "distributed/pg/pg_internal.h"
 
 #include <errno.h>
 #include <limits.h>

@@ -1,4 +1,4 @@
-/* ember — distributed/: internals of the process group, shared by pg.c (the
+/* ember — distributed/pg/: internals of the process group, shared by pg.c (the
  * public API and the world of one), comm_thread.c (the queue, the thread that
  * runs every collective, waiting with deadlines), pg_mpi.c (the MPI backend),
  * pg_shm.c (the shared-memory all-reduce for ranks on one node) and
@@ -17,7 +17,7 @@
 #ifndef EMBER_PG_INTERNAL_H
 #define EMBER_PG_INTERNAL_H
 
-#include "distributed/distributed.h"
+#include "distributed/pg/pg.h"
 #include "tensor/tensor_internal.h"
 
 #include <pthread.h>

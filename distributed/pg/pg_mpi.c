@@ -14,7 +14,7 @@
  * MPI_COMM_WORLD), not fatal. Large all-reduces between ranks on one node go
  * through shared memory instead (pg_shm.c).
  */
-#include "distributed/pg_internal.h"
+#include "distributed/pg/pg_internal.h"
 
 #include "ember_config.h"
 

@@ -50,7 +50,7 @@
  * the timeout EM_ERR_TIMEOUT after ncclCommAbort. After EM_ERR_COMM, a
  * timeout or a CUDA error the whole group is broken, as with MPI.
  */
-#include "distributed/pg_internal.h"
+#include "distributed/pg/pg_internal.h"
 
 #include "ember_config.h"
 

@@ -30,7 +30,7 @@
  * same all-reduce of the same size, so every decision here is the same on
  * every rank without further talk.
  */
-#include "distributed/pg_internal.h"
+#include "distributed/pg/pg_internal.h"
 
 #include "ember_config.h"
 

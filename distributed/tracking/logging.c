@@ -1,4 +1,4 @@
-/* ember — distributed/logging.c: scalars to a JSONL file, on the main process.
+/* ember — distributed/tracking/logging.c: scalars to a JSONL file, on the main process.
  *
  * One JSON object per line: {"step": 12, "loss": 0.4321, "lr": 2e-05}.
  * The file is opened with O_APPEND and each line goes out in one write(2),
@@ -6,7 +6,8 @@
  * programs appending to one file interleave whole lines. Values print with
  * %.17g (they read back bit for bit); NaN and infinities, which JSON lacks,
  * are written as null. Names are JSON-escaped. */
-#include "distributed/distributed.h"
+#include "distributed/accelerate/accelerator.h"
+#include "distributed/tracking/tracking.h"
 #include "tensor/tensor_internal.h"
 
 #include <errno.h>

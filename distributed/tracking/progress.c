@@ -1,4 +1,4 @@
-/* ember — distributed/progress.c: a tqdm-like progress bar on the main process.
+/* ember — distributed/tracking/progress.c: a tqdm-like progress bar on the main process.
  *
  * Output goes to stderr (as tqdm's does), so a program's results on stdout
  * stay clean for whatever parses them. On a terminal the bar is one line
@@ -10,7 +10,8 @@
  *
  * The rate is the average since the bar was created (n / elapsed); the ETA
  * is (total - n) / rate. With total <= 0 the bar shows "420it [00:12, 34.5 it/s]". */
-#include "distributed/distributed.h"
+#include "distributed/accelerate/accelerator.h"
+#include "distributed/tracking/tracking.h"
 
 #include <inttypes.h>
 #include <math.h>

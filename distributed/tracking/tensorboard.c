@@ -1,5 +1,5 @@
-/* ember — distributed/tensorboard.c: scalars as TensorBoard event files, on
- * the main process (contract in distributed.h, "progress and logging").
+/* ember — distributed/tracking/tensorboard.c: scalars as TensorBoard event files, on
+ * the main process (contract in tracking.h, "progress and logging").
  *
  * The file is what TensorFlow's EventFileWriter writes, which TensorBoard
  * (and torch.utils.tensorboard's SummaryWriter) read:
@@ -22,7 +22,8 @@
  * Each record goes out in one write(2) on a file opened O_APPEND, so a
  * reader never sees half a record unless the disk fills; on a short write
  * the writer reports EM_ERR_IO naming the file and writes nothing more. */
-#include "distributed/distributed.h"
+#include "distributed/accelerate/accelerator.h"
+#include "distributed/tracking/tracking.h"
 #include "tensor/tensor_internal.h"
 
 #include <errno.h>
