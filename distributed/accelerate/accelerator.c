@@ -15,6 +15,7 @@
 #include "distributed/accelerate/accelerator_internal.h"
 #include "distributed/ddp/ddp_internal.h"
 #include "distributed/pg/pg_internal.h"
+#include "distributed/tracking/tracking_internal.h"
 #include "nn/nn_internal.h"
 #include "optim/optim_internal.h"
 
@@ -194,6 +195,7 @@ em_accelerator *em_accelerator_new(const em_accelerator_opts *opts)
     acc->local_rank = em_pg_local_rank(acc->pg);
     if (pick_device(acc, o.cpu, &acc->device) != EM_OK) goto fail;
     em__nn_set_process(acc->rank, acc->world);
+    em__tracking_main_probe = em_accelerator_is_main_process;   /* tracking asks which process writes */
     if (mp == EM_MP_FP16 && !(acc->scaler = em_grad_scaler_new(&o.scaler))) goto fail;
     if (acc->scaler) track_fp16(acc, true);
     return acc;

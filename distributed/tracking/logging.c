@@ -6,8 +6,7 @@
  * programs appending to one file interleave whole lines. Values print with
  * %.17g (they read back bit for bit); NaN and infinities, which JSON lacks,
  * are written as null. Names are JSON-escaped. */
-#include "distributed/accelerate/accelerator.h"
-#include "distributed/tracking/tracking.h"
+#include "distributed/tracking/tracking_internal.h"
 #include "tensor/tensor_internal.h"
 
 #include <errno.h>
@@ -24,7 +23,7 @@ struct em_logger {
     char *path;
 };
 
-em_logger *em_logger_new(em_accelerator *acc, const char *path)
+em_logger *em_logger_new(struct em_accelerator *acc, const char *path)
 {
     em_logger *lg = calloc(1, sizeof *lg);
     if (!lg || !path || !(lg->path = strdup(path))) {
@@ -34,7 +33,7 @@ em_logger *em_logger_new(em_accelerator *acc, const char *path)
         return NULL;
     }
     lg->fd = -1;
-    if (acc && !em_accelerator_is_main_process(acc)) return lg;
+    if (!em__tracking_is_main(acc)) return lg;
     lg->fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (lg->fd < 0) {
         em__fail(EM_ERR_IO, "em_logger_new: cannot open %s: %s", path, strerror(errno));
