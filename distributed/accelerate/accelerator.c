@@ -128,7 +128,7 @@ static em_status pick_device(em_accelerator *acc, bool cpu, em_device *out)
                         "em_accelerator_new: local rank %d has no GPU of its own (%d visible on this node; each "
                         "process needs one): run at most %d processes per node, or train on the CPU (--cpu, "
                         "EMBER_USE_CPU=true, or .cpu = true)", acc->local_rank, n, n);
-    if (acc->world > 1 && !em__pg_nccl_built())
+    if (acc->world > 1 && !em__pg_cuda_built())
         return em__fail(EM_ERR_UNSUPPORTED,
                         "em_accelerator_new: %d processes on GPUs need NCCL, and this ember was built without it: "
                         "train on the CPU (--cpu, EMBER_USE_CPU=true, or .cpu = true)", acc->world);

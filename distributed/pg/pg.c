@@ -40,11 +40,13 @@ struct em_work {
 };
 
 /* The CUDA transport, or NULL when this ember has none (built without NCCL). */
-static const em__pg_transport *cuda_transport(const em_process_group *pg)
+static const em__pg_transport *cuda_transport(const em__pg_registry *tp)
 {
-    const em__pg_transport *t = pg->tp->cuda;
+    const em__pg_transport *t = tp->cuda;
     return t && t->start && t->wait ? t : NULL;
 }
+
+bool em__pg_cuda_built(void) { return cuda_transport(&em__pg_transports) != NULL; }
 
 /* Closes the CPU transports: the fast ones in reverse order, then the carrier. */
 static void close_cpu(em_process_group *pg)
@@ -181,7 +183,7 @@ static bool check_tensor(em_process_group *pg, em_tensor *t, const char *op, con
     }
     if (!t)
         return false;
-    if (t->device.type == EM_DEVICE_CUDA && !cuda_transport(pg)) {
+    if (t->device.type == EM_DEVICE_CUDA && !cuda_transport(pg->tp)) {
         char dev[16];
         em__misuse(op, "%s is on %s; this process group takes CPU tensors (this ember was built without NCCL)", what,
                    em_device_str(t->device, dev));
@@ -255,7 +257,7 @@ static em_status run_sync(em_process_group *pg, em__pg_job *job, const char *fn)
 /* A CUDA job through the CUDA transport, waited for (the compute stream and the host). */
 static em_status run_cuda(em_process_group *pg, em__pg_job *job, const char *fn)
 {
-    const em__pg_transport *t = cuda_transport(pg);
+    const em__pg_transport *t = cuda_transport(pg->tp);
     job->fn = fn;
     if (t->start(pg, job) == EM_OK)
         t->wait(pg, job);
@@ -429,7 +431,7 @@ em_work *em_pg_all_reduce_async(em_process_group *pg, em_tensor *t, em_reduce_op
     t->storage->version++;
     if (w->job.cuda) {
         w->job.fn = fn;
-        cuda_transport(pg)->start(pg, &w->job);   /* a failure waits in the job for em_work_wait */
+        cuda_transport(pg->tp)->start(pg, &w->job);   /* a failure waits in the job for em_work_wait */
     }
     else if (pg->world == 1)
         w->job.done = 1;
@@ -444,7 +446,7 @@ em_status em_work_wait(em_work *w)
         return failed_input();
     em_process_group *pg = w->job.pg;
     if (w->job.cuda)
-        cuda_transport(pg)->wait(pg, &w->job);
+        cuda_transport(pg->tp)->wait(pg, &w->job);
     else if (pg->world > 1)
         em__pg_wait(pg, &w->job);
     em_status s = w->job.status;

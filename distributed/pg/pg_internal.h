@@ -219,10 +219,13 @@ void em__pg_reduce_into(void *dst, void *dst2, const void *const *src, int n_src
 /* p[i] /= world, in place, for f32/f64 (the AVG step after an MPI sum). */
 void em__pg_divide(void *p, int64_t n, em_dtype dt, int world);
 
-/* ---- pg_nccl.c, for the Accelerator and the tests ---- */
-/* False when ember was built without CUDA or without NCCL. */
+/* ---- for the layers above (pg.c) and the tests (pg_nccl.c) ---- */
+/* Whether CUDA tensors can take part in collectives (a CUDA transport is
+ * built in: false without CUDA or without NCCL). */
+bool em__pg_cuda_built(void);
+/* The same, asked of NCCL itself, and the collectives issued through it so
+ * far (the tests check the routing with them). */
 bool em__pg_nccl_built(void);
-/* Collectives issued through NCCL so far (tests check the routing). */
 uint64_t em__pg_nccl_count(const em_process_group *pg);
 
 #endif
