@@ -432,11 +432,11 @@ em_work *em_pg_all_reduce_async(em_process_group *pg, em_tensor *t, em_reduce_op
     if (w->job.cuda) {
         w->job.fn = fn;
         cuda_transport(pg->tp)->start(pg, &w->job);   /* a failure waits in the job for em_work_wait */
-    }
-    else if (pg->world == 1)
+    } else if (pg->world == 1) {
         w->job.done = 1;
-    else
+    } else {
         em__pg_submit(pg, &w->job);
+    }
     return w;
 }
 
