@@ -1,9 +1,9 @@
 /* ember — what every file of the process group may call (pg_internal.h,
  * "pg_common.c"): job names and failure messages, the clock and the polling
  * backoff, the group's broken flag, and the group services that reach the
- * transports only through their tables: a new collective's number, dead
- * peers and laggards for messages, and the carrier's byte allgather for the
- * other transports' setup. It calls no other file of pg/.
+ * transports only through their tables: publishing the collective a rank
+ * entered, dead peers and laggards for messages, and the carrier's byte
+ * allgather for the other transports' setup. It calls no other file of pg/.
  */
 #include "distributed/pg/pg_internal.h"
 
