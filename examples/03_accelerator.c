@@ -1,7 +1,7 @@
 /* examples/03_accelerator.c — tutorial step 3: the same loop with the Accelerator.
  *
  * Step 2's loop, rewritten the way Hugging Face Accelerate writes it. The
- * Accelerator (distributed/accelerator.c) takes over what changes between a
+ * Accelerator (distributed/accelerate/accelerator.c) takes over what changes between a
  * laptop run and a multi-process one, so that THIS file runs unchanged:
  *
  *     ./build/examples/03_accelerator                                # 1 process

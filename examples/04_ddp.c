@@ -4,8 +4,8 @@
  *     (or simply ./build/examples/04_ddp: a world of one, same output shape)
  *
  * Distributed data parallel, without the Accelerator around it so you can see
- * the parts: a process group (distributed/pg.c), and em_ddp
- * (distributed/ddp.c) wrapping a model. Each rank computes gradients on its
+ * the parts: a process group (distributed/pg/pg.c), and em_ddp
+ * (distributed/ddp/ddp.c) wrapping a model. Each rank computes gradients on its
  * own batch; DDP averages them across ranks DURING backward:
  *
  *   - em_ddp_new flattens the model: every gradient becomes a view of ONE flat

@@ -1,4 +1,4 @@
-/* ember tests — DDP (distributed/ddp.c), run as every rank of a world
+/* ember tests — DDP (distributed/ddp/ddp.c), run as every rank of a world
  * (mpirun -np 2 and -np 3; also a world of one without mpirun).
  *
  * Every rank trains a DDP model on its shard of each batch and, locally, a
@@ -15,7 +15,7 @@
  * check failed on any rank.
  */
 #include "ember.h"
-#include "distributed/ddp_internal.h"
+#include "distributed/ddp/ddp_internal.h"
 #include "distributed/distributed.h"
 
 #include <math.h>

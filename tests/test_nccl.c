@@ -1,4 +1,4 @@
-/* The `cuda` suite: the process group's NCCL backend (distributed/pg_nccl.c)
+/* The `cuda` suite: the process group's NCCL backend (distributed/pg/pg_nccl.c)
  * with real NCCL calls, every result compared with a value computed on the
  * CPU here.
  *
@@ -33,7 +33,7 @@
  */
 #include "ember.h"
 #include "distributed/distributed.h"
-#include "distributed/pg_internal.h"
+#include "distributed/pg/pg_internal.h"
 #include "tensor/tensor_internal.h"
 
 #include <math.h>

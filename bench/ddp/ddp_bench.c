@@ -16,7 +16,7 @@
  *        --layers N (4) --sync-after --bucket-cap-mb X (25)
  */
 #include "ember.h"
-#include "distributed/ddp_internal.h"
+#include "distributed/ddp/ddp_internal.h"
 #include "distributed/distributed.h"
 #include "bench/bench_util.h"
 

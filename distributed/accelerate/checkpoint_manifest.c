@@ -20,7 +20,7 @@
  * the accelerator was made with ignore_mismatched_config, which prints what
  * it overrides. A folder without a manifest (saved by an older ember) loads
  * with a warning. CRC-32C: em__crc32c (tensor/crc32c.c). */
-#include "distributed/accelerator_internal.h"
+#include "distributed/accelerate/accelerator_internal.h"
 #include "nn/nn_internal.h"
 
 #include "ember_config.h"

@@ -1,4 +1,4 @@
-/* ember — distributed/logging.c: scalars to a JSONL file, on the main process.
+/* ember — distributed/tracking/logging.c: scalars to a JSONL file, on the main process.
  *
  * One JSON object per line: {"step": 12, "loss": 0.4321, "lr": 2e-05}.
  * The file is opened with O_APPEND and each line goes out in one write(2),
@@ -6,7 +6,7 @@
  * programs appending to one file interleave whole lines. Values print with
  * %.17g (they read back bit for bit); NaN and infinities, which JSON lacks,
  * are written as null. Names are JSON-escaped. */
-#include "distributed/distributed.h"
+#include "distributed/tracking/tracking_internal.h"
 #include "tensor/tensor_internal.h"
 
 #include <errno.h>
@@ -23,7 +23,7 @@ struct em_logger {
     char *path;
 };
 
-em_logger *em_logger_new(em_accelerator *acc, const char *path)
+em_logger *em_logger_new(struct em_accelerator *acc, const char *path)
 {
     em_logger *lg = calloc(1, sizeof *lg);
     if (!lg || !path || !(lg->path = strdup(path))) {
@@ -33,7 +33,7 @@ em_logger *em_logger_new(em_accelerator *acc, const char *path)
         return NULL;
     }
     lg->fd = -1;
-    if (acc && !em_accelerator_is_main_process(acc)) return lg;
+    if (!em__tracking_is_main(acc)) return lg;
     lg->fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (lg->fd < 0) {
         em__fail(EM_ERR_IO, "em_logger_new: cannot open %s: %s", path, strerror(errno));

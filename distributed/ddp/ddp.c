@@ -78,7 +78,7 @@
  * the gradients backward is still accumulating are disjoint slices.
  */
 #include "autograd/autograd_internal.h"
-#include "distributed/ddp_internal.h"
+#include "distributed/ddp/ddp_internal.h"
 #include "tensor/tensor_internal.h"
 
 #include <stdlib.h>

@@ -1,14 +1,17 @@
 /* ember — the NCCL backend of the process group (CUDA tensors).
  *
- * pg.c sends every collective on a CUDA tensor here; CPU tensors keep the MPI
- * and shared-memory path. Everything runs on the caller's thread, in program
- * order: an NCCL call only enqueues work on a stream, so no queue is needed.
+ * The group's CUDA transport (em__pg_nccl_transport; pg_internal.h): pg.c
+ * sends every collective on a CUDA tensor here, through the table; CPU
+ * tensors keep the MPI and shared-memory path. Everything runs on the
+ * caller's thread, in program order: an NCCL call only enqueues work on a
+ * stream, so no queue is needed.
  *
  * The communicator. Made at the first CUDA collective, on the device of its
  * tensor (one device per rank: a later tensor on another device is misuse).
- * Rank 0 makes an ncclUniqueId and sends it to the others as an MPI broadcast
- * job on the communication thread (with the group's timeout and the header
- * check, so ranks that disagree fail instead of hanging). A world of one
+ * Rank 0 makes an ncclUniqueId and sends it to the others as a broadcast job
+ * queued on the communication thread (em__pg_submit: the carrier, MPI, runs
+ * it with the group's timeout and the header check, so ranks that disagree
+ * fail instead of hanging). A world of one
  * makes no MPI call: it uses a one-rank communicator, so the same code path
  * (streams, events, in-place and out-of-place kernels) runs with one GPU.
  * The communicator is non-blocking (ncclConfig_t.blocking = 0): a call that
@@ -50,7 +53,7 @@
  * the timeout EM_ERR_TIMEOUT after ncclCommAbort. After EM_ERR_COMM, a
  * timeout or a CUDA error the whole group is broken, as with MPI.
  */
-#include "distributed/pg_internal.h"
+#include "distributed/pg/pg_internal.h"
 
 #include "ember_config.h"
 
@@ -86,17 +89,7 @@ bool em__pg_nccl_built(void) { return true; }
 
 uint64_t em__pg_nccl_count(const em_process_group *pg) { return pg && pg->nccl ? pg->nccl->count : 0; }
 
-/* ---- the group's broken flag (shared with the MPI thread) ---- */
-
-static bool group_broken(em_process_group *pg, char *msg, size_t cap)
-{
-    bool locked = pg->thread_started;
-    if (locked) pthread_mutex_lock(&pg->lock);
-    bool b = pg->broken;
-    if (b) snprintf(msg, cap, "%s", pg->broken_msg);
-    if (locked) pthread_mutex_unlock(&pg->lock);
-    return b;
-}
+/* ---- a broken group ---- */
 
 /* Aborts the communicator (peers stuck in a collective with us stay stuck
  * until their own timeout; mpirun stops them when we exit) and marks the
@@ -112,13 +105,7 @@ static void break_group(em_process_group *pg, const char *msg)
         n->failed = EM_ERR_COMM;
         snprintf(n->failmsg, sizeof n->failmsg, "an earlier CUDA collective failed: %.500s", msg);
     }
-    bool locked = pg->thread_started;
-    if (locked) pthread_mutex_lock(&pg->lock);
-    if (!pg->broken) {
-        pg->broken = true;
-        snprintf(pg->broken_msg, sizeof pg->broken_msg, "an earlier collective failed: %.580s", msg);
-    }
-    if (locked) pthread_mutex_unlock(&pg->lock);
+    em__pg_break(pg, msg);
 }
 
 /* ---- errors ---- */
@@ -387,19 +374,23 @@ static ncclResult_t issue(em_process_group *pg, em__pg_job *job, ncclComm_t comm
     }
 }
 
-em_status em__pg_nccl_start(em_process_group *pg, em__pg_job *job, const char *fn)
+/* Issues job (filled by pg.c: kind ALL_REDUCE, BROADCAST, REDUCE_SCATTER or
+ * ALL_GATHER_DATA with counts; cuda, device, buf, out, fn set) without
+ * waiting. On failure job->status/msg are set and no event is left; a tensor
+ * on another device than the communicator's is misuse, named after job->fn. */
+static em_status nccl_start(em_process_group *pg, em__pg_job *job)
 {
     job->status = EM_OK;
     job->msg[0] = 0;
     job->event = NULL;
     job->done = 0;
     char broken[640];
-    if (group_broken(pg, broken, sizeof broken)) {
+    if (em__pg_broken(pg, broken, sizeof broken)) {
         char what[160];
         return em__pg_job_fail(job, EM_ERR_COMM, "%s on rank %d of %d not started: %s",
                                em__pg_job_str(job, what, sizeof what), pg->rank, pg->world, broken);
     }
-    em_status st = comm_get(pg, job, fn);
+    em_status st = comm_get(pg, job, job->fn);
     if (st != EM_OK) return st;
     em__pg_nccl *n = pg->nccl;
     void *cv;
@@ -456,7 +447,12 @@ em_status em__pg_nccl_start(em_process_group *pg, em__pg_job *job, const char *f
     return EM_OK;
 }
 
-em_status em__pg_nccl_wait(em_process_group *pg, em__pg_job *job)
+/* Makes the device's compute stream wait for job->event, then polls it (and
+ * ncclCommGetAsyncError) on the host until it completed or the group's
+ * timeout passed: then ncclCommAbort, EM_ERR_TIMEOUT naming op, rank, world,
+ * bytes and device, and the group is broken. Sets job->status/msg; returns
+ * the failed start's status as it is. */
+static em_status nccl_wait(em_process_group *pg, em__pg_job *job)
 {
     em__pg_nccl *n = pg->nccl;
     if (!job->event || !n) {   /* the start failed: its status stands */
@@ -522,7 +518,8 @@ em_status em__pg_nccl_wait(em_process_group *pg, em__pg_job *job)
     return job->status;
 }
 
-void em__pg_nccl_free(em_process_group *pg)
+/* Destroys the communicator (aborts it when the group is broken). */
+static void nccl_close(em_process_group *pg)
 {
     em__pg_nccl *n = pg->nccl;
     if (!n) return;
@@ -534,12 +531,12 @@ void em__pg_nccl_free(em_process_group *pg)
         char msg[640];
         bool timed_out = false;
         ncclResult_t r = ncclSuccess;
-        if (!group_broken(pg, msg, sizeof msg)) {
+        if (!em__pg_broken(pg, msg, sizeof msg)) {
             /* flushes what is queued; non-blocking: settle with the timeout */
             r = ncclCommFinalize(n->comm);
             r = settle(pg, n->comm, r, em__pg_now(), &timed_out);
         }
-        if (group_broken(pg, msg, sizeof msg) || timed_out || r != ncclSuccess) (void)ncclCommAbort(n->comm);
+        if (em__pg_broken(pg, msg, sizeof msg) || timed_out || r != ncclSuccess) (void)ncclCommAbort(n->comm);
         else if (ncclCommDestroy(n->comm) != ncclSuccess) (void)ncclCommAbort(n->comm);
         n->ready = false;
     }
@@ -548,30 +545,24 @@ void em__pg_nccl_free(em_process_group *pg)
     pg->nccl = NULL;
 }
 
+const em__pg_transport em__pg_nccl_transport = {
+    .name = "nccl",
+    .close = nccl_close,
+    .start = nccl_start,
+    .wait = nccl_wait,
+};
+
 #else /* built without CUDA or NCCL */
 
 bool em__pg_nccl_built(void) { return false; }
-
-em_status em__pg_nccl_start(em_process_group *pg, em__pg_job *job, const char *fn)
-{
-    (void)pg;
-    (void)fn;
-    return em__pg_job_fail(job, EM_ERR_UNSUPPORTED, "this ember was built without NCCL");
-}
-
-em_status em__pg_nccl_wait(em_process_group *pg, em__pg_job *job)
-{
-    (void)pg;
-    job->done = 1;
-    return job->status;
-}
-
-void em__pg_nccl_free(em_process_group *pg) { (void)pg; }
 
 uint64_t em__pg_nccl_count(const em_process_group *pg)
 {
     (void)pg;
     return 0;
 }
+
+/* No slots: pg.c treats a CUDA tensor as misuse. */
+const em__pg_transport em__pg_nccl_transport = {.name = "nccl"};
 
 #endif

@@ -1,88 +1,41 @@
 /* ember — the communication thread of a process group (world > 1).
  *
- * It owns every MPI call after MPI_Init: jobs are queued by the caller's
- * thread (synchronous collectives enqueue and wait; async ones return an
- * em_work) and run one at a time, in queue order, so a rank's collectives
- * reach MPI in its program order. Nothing here blocks without a deadline:
- * backends poll their requests (em__pg_backoff between polls) and give up
- * with em__pg_timeout once the group's timeout has passed. That poll loop is
- * the watchdog: a job can never wait longer than the timeout, and after a
- * timeout or a transport failure the group is marked broken, so every later
- * job fails at once instead of waiting again.
+ * It sets up the CPU transports and runs every CPU job, reaching them only
+ * through their tables (pg_internal.h), so every MPI call after MPI_Init
+ * happens on it. Jobs are queued by the caller's thread (synchronous
+ * collectives enqueue and wait; async ones return an em_work) and run one at
+ * a time, in queue order, so a rank's collectives reach the wire in its
+ * program order. Nothing here blocks without a deadline: transports poll
+ * their requests (em__pg_backoff between polls) and give up with
+ * em__pg_timeout once the group's timeout has passed. That poll loop is the
+ * watchdog: a job can never wait longer than the timeout, and after a timeout
+ * or a transport failure the group is marked broken, so every later job fails
+ * at once instead of waiting again. The CUDA transport's bootstrap queues an
+ * MPI broadcast here too (em__pg_submit, em__pg_wait).
  */
-#include "distributed/pg_internal.h"
+#include "distributed/pg/pg_internal.h"
 
-#include <errno.h>
-#include <sched.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define cpu_relax() _mm_pause()
-#else
-#define cpu_relax() ((void)0)
-#endif
-
-double em__pg_now(void)
+/* One job: the carrier's header exchange (all_gather's data step has none:
+ * its header went with the sizes), then the first fast transport that takes
+ * it, else the carrier. */
+static void run_job(em_process_group *pg, em__pg_job *job)
 {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-/* Spinning keeps latency low for the small, quick collectives DDP issues;
- * yielding lets a compute thread on the same core run; past 5 ms the peers
- * are busy elsewhere (still computing), and short sleeps leave the core to
- * that compute; past a second, nobody notices half a millisecond. MPI's
- * progress engine only advances inside MPI_Test, so polls stay frequent. */
-void em__pg_backoff(long iter, double waited_s)
-{
-    if (iter < 128) {
-        for (int i = 0; i < 16; i++)
-            cpu_relax();
-    } else if (waited_s < 0.005) {
-        sched_yield();
-    } else {
-        struct timespec ts = {0, waited_s < 1.0 ? 20 * 1000 : 500 * 1000};
-        nanosleep(&ts, NULL);
+    const em__pg_registry *tp = pg->tp;
+    job->t0 = em__pg_now();
+    em__pg_enter(pg, job->seq);
+    if (job->kind != EM__PG_ALL_GATHER_DATA && tp->carrier->agree && tp->carrier->agree(pg, job) != EM_OK)
+        return;
+    for (int i = 0; i < EM__PG_MAX_FAST && tp->fast[i]; i++) {
+        const em__pg_transport *t = tp->fast[i];
+        if (t->run && (!t->takes || t->takes(pg, job))) {
+            t->run(pg, job);
+            return;
+        }
     }
-}
-
-em_status em__pg_job_fail(em__pg_job *job, em_status s, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(job->msg, sizeof job->msg, fmt, ap);
-    va_end(ap);
-    job->status = s;
-    return s;
-}
-
-const char *em__pg_job_str(const em__pg_job *job, char *buf, size_t cap)
-{
-    size_t es = em_dtype_size(job->dtype);
-    if (job->kind == EM__PG_BARRIER)
-        snprintf(buf, cap, "barrier");
-    else
-        snprintf(buf, cap, "%s of %lld bytes (%s%s)", em__pg_kind_name(job->kind),
-                 (long long)(job->numel * (int64_t)es), em_dtype_name(job->dtype),
-                 em__dims_str(job->ndim, job->shape));
-    return buf;
-}
-
-em_status em__pg_timeout(em_process_group *pg, em__pg_job *job, const char *detail)
-{
-    char what[160], lag[160];
-    em__pg_job_str(job, what, sizeof what);
-    em__pg_laggards(pg, job->seq, lag, sizeof lag);
-    return em__pg_job_fail(job, EM_ERR_TIMEOUT,
-                           "%s on rank %d of %d timed out after %g s (collective #%llu%s%s%s); "
-                           "the process group is unusable now: exit non-zero and let the launcher stop the other ranks",
-                           what, pg->rank, pg->world, pg->timeout_s, (unsigned long long)job->seq,
-                           detail ? ", " : "", detail ? detail : "", lag);
+    tp->carrier->run(pg, job);
 }
 
 static void *comm_main(void *arg)
@@ -108,7 +61,7 @@ static void *comm_main(void *arg)
         } else {
             job->status = EM_OK;
             job->msg[0] = 0;
-            em__pg_mpi_run(pg, job);
+            run_job(pg, job);
         }
 
         pthread_mutex_lock(&pg->lock);
@@ -123,8 +76,19 @@ static void *comm_main(void *arg)
     return NULL;
 }
 
-/* The setup job runs first, on the thread itself, so that the communicator
- * and the shared memory are made by the thread that will use them. */
+/* Setup runs first, on the thread itself, so that the communicator and the
+ * shared memory are made by the thread that will use them: the carrier, then
+ * the fast transports in order; the first failure ends it. */
+static em_status setup_transports(em_process_group *pg, char *msg, size_t cap)
+{
+    const em__pg_registry *tp = pg->tp;
+    em_status s = tp->carrier->setup ? tp->carrier->setup(pg, msg, cap) : EM_OK;
+    for (int i = 0; s == EM_OK && i < EM__PG_MAX_FAST && tp->fast[i]; i++)
+        if (tp->fast[i]->setup)
+            s = tp->fast[i]->setup(pg, msg, cap);
+    return s;
+}
+
 typedef struct setup_arg {
     em_process_group *pg;
     em_status status;
@@ -135,7 +99,7 @@ static void *comm_start(void *arg)
 {
     setup_arg *sa = arg;
     em_process_group *pg = sa->pg;
-    sa->status = em__pg_mpi_setup(pg, sa->msg, sizeof sa->msg);
+    sa->status = setup_transports(pg, sa->msg, sizeof sa->msg);
     pthread_mutex_lock(&pg->lock);
     if (sa->status != EM_OK) {
         pg->broken = true;

@@ -1,5 +1,5 @@
-/* ember — distributed/tensorboard.c: scalars as TensorBoard event files, on
- * the main process (contract in distributed.h, "progress and logging").
+/* ember — distributed/tracking/tensorboard.c: scalars as TensorBoard event files, on
+ * the main process (contract in tracking.h, "progress and logging").
  *
  * The file is what TensorFlow's EventFileWriter writes, which TensorBoard
  * (and torch.utils.tensorboard's SummaryWriter) read:
@@ -22,7 +22,7 @@
  * Each record goes out in one write(2) on a file opened O_APPEND, so a
  * reader never sees half a record unless the disk fills; on a short write
  * the writer reports EM_ERR_IO naming the file and writes nothing more. */
-#include "distributed/distributed.h"
+#include "distributed/tracking/tracking_internal.h"
 #include "tensor/tensor_internal.h"
 
 #include <errno.h>
@@ -145,7 +145,7 @@ static em_status write_record(em_tb_writer *w, const buf *ev, const char *op)
     return em__fail(EM_ERR_IO, "%s: writing %s failed: %s", op, w->path, k < 0 ? strerror(err) : "short write");
 }
 
-em_tb_writer *em_tb_writer_new(em_accelerator *acc, const char *logdir)
+em_tb_writer *em_tb_writer_new(struct em_accelerator *acc, const char *logdir)
 {
     static const char op[] = "em_tb_writer_new";
     if (!logdir || !*logdir) {
@@ -158,7 +158,7 @@ em_tb_writer *em_tb_writer_new(em_accelerator *acc, const char *logdir)
         return NULL;
     }
     w->fd = -1;
-    if (acc && !em_accelerator_is_main_process(acc)) return w;
+    if (!em__tracking_is_main(acc)) return w;
     if (mkdir(logdir, 0755) != 0 && errno != EEXIST) {
         em__fail(EM_ERR_IO, "%s: cannot create the folder %s: %s", op, logdir, strerror(errno));
         free(w);

@@ -2,7 +2,7 @@
  * the same slice of every rank's data (shared-memory all-reduce) and the AVG
  * division after an MPI sum. Every rank that reduces a slice combines the
  * sources in rank order, so the result does not depend on who reduced it. */
-#include "distributed/pg_internal.h"
+#include "distributed/pg/pg_internal.h"
 
 #include <string.h>
 

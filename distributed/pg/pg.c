@@ -1,13 +1,16 @@
 /* ember — the process group: joining the world described by the launcher's
  * environment, validating collective calls, and the world of one.
  *
+ * It names no transport: it takes them from the registry (transports.c) and
+ * calls them through their tables (pg_internal.h).
+ *
  * A world of one (no launcher) makes no MPI call at all: collectives on CPU
- * tensors are no-ops or copies. A larger world initializes MPI, starts the
- * communication thread (comm_thread.c) and hands it every collective on CPU
- * tensors as a job; synchronous calls wait for their job,
+ * tensors are no-ops or copies. A larger world opens the carrier (MPI),
+ * starts the communication thread (comm_thread.c) and hands it every
+ * collective on CPU tensors as a job; synchronous calls wait for their job,
  * em_pg_all_reduce_async returns it as an em_work.
  *
- * CUDA tensors go to NCCL (pg_nccl.c) in every world, a world of one
+ * CUDA tensors go to the CUDA transport (NCCL) in every world, a world of one
  * included (a one-rank communicator): issued on the caller's thread, ordered
  * after the compute stream's work; the synchronous calls return once the
  * result is there. all_gather first exchanges the dim-0 sizes over MPI (not
@@ -24,7 +27,7 @@
  * skips MPI_Finalize (which would wait for the stuck peers), and the program
  * should exit non-zero; mpirun then stops the other ranks.
  */
-#include "distributed/pg_internal.h"
+#include "distributed/pg/pg_internal.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -36,20 +39,24 @@ struct em_work {
     em__pg_job job;
 };
 
-const char *em__pg_kind_name(int kind)
+/* The CUDA transport, or NULL when this ember has none (built without NCCL). */
+static const em__pg_transport *cuda_transport(const em__pg_registry *tp)
 {
-    static const char *names[EM__PG_NUM_KINDS] = {
-        [EM__PG_ALL_REDUCE] = "all_reduce", [EM__PG_BROADCAST] = "broadcast",
-        [EM__PG_ALL_GATHER] = "all_gather", [EM__PG_ALL_GATHER_DATA] = "all_gather",
-        [EM__PG_REDUCE_SCATTER] = "reduce_scatter", [EM__PG_BARRIER] = "barrier",
-    };
-    return kind > 0 && kind < EM__PG_NUM_KINDS ? names[kind] : "unknown collective";
+    const em__pg_transport *t = tp->cuda;
+    return t && t->start && t->wait ? t : NULL;
 }
 
-const char *em__pg_red_name(int red)
+bool em__pg_cuda_built(void) { return cuda_transport(&em__pg_transports) != NULL; }
+
+/* Closes the CPU transports: the fast ones in reverse order, then the carrier. */
+static void close_cpu(em_process_group *pg)
 {
-    static const char *names[] = {"sum", "avg", "max", "min"};
-    return red >= 0 && red < 4 ? names[red] : "?";
+    const em__pg_registry *tp = pg->tp;
+    for (int i = EM__PG_MAX_FAST - 1; i >= 0; i--)
+        if (tp->fast[i] && tp->fast[i]->close)
+            tp->fast[i]->close(pg);
+    if (tp->carrier->close)
+        tp->carrier->close(pg);
 }
 
 /* ---- the environment ---- */
@@ -129,16 +136,16 @@ em_status em_pg_init(const em_pg_opts *opts, em_process_group **out)
     pg->world = world;
     pg->local_rank = local;
     pg->timeout_s = timeout;
+    pg->tp = &em__pg_transports;
     if (world > 1) {
-        s = em__pg_mpi_init(pg);
+        s = pg->tp->carrier->open ? pg->tp->carrier->open(pg) : EM_OK;
         if (s == EM_OK)
             s = em__pg_thread_start(pg);
         if (s != EM_OK) {
             /* A failed start leaves MPI in an unknown state: do not finalize. */
             pg->broken = true;
             em__pg_thread_stop(pg);
-            em__pg_shm_free(pg);
-            em__pg_mpi_finalize(pg);
+            close_cpu(pg);
             em__free(pg);
             return s;
         }
@@ -151,11 +158,11 @@ void em_pg_free(em_process_group *pg)
 {
     if (!pg)
         return;
-    em__pg_nccl_free(pg);   /* before MPI goes */
+    if (pg->tp->cuda && pg->tp->cuda->close)
+        pg->tp->cuda->close(pg);   /* before MPI goes */
     if (pg->world > 1) {
         em__pg_thread_stop(pg);
-        em__pg_shm_free(pg);
-        em__pg_mpi_finalize(pg);
+        close_cpu(pg);
     }
     em__free(pg);
 }
@@ -176,7 +183,7 @@ static bool check_tensor(em_process_group *pg, em_tensor *t, const char *op, con
     }
     if (!t)
         return false;
-    if (t->device.type == EM_DEVICE_CUDA && !em__pg_nccl_built()) {
+    if (t->device.type == EM_DEVICE_CUDA && !cuda_transport(pg->tp)) {
         char dev[16];
         em__misuse(op, "%s is on %s; this process group takes CPU tensors (this ember was built without NCCL)", what,
                    em_device_str(t->device, dev));
@@ -247,11 +254,13 @@ static em_status run_sync(em_process_group *pg, em__pg_job *job, const char *fn)
     return EM_OK;
 }
 
-/* A CUDA job through NCCL, waited for (the compute stream and the host). */
-static em_status run_nccl(em_process_group *pg, em__pg_job *job, const char *fn)
+/* A CUDA job through the CUDA transport, waited for (the compute stream and the host). */
+static em_status run_cuda(em_process_group *pg, em__pg_job *job, const char *fn)
 {
-    if (em__pg_nccl_start(pg, job, fn) == EM_OK)
-        em__pg_nccl_wait(pg, job);
+    const em__pg_transport *t = cuda_transport(pg->tp);
+    job->fn = fn;
+    if (t->start(pg, job) == EM_OK)
+        t->wait(pg, job);
     if (job->status != EM_OK)
         return em__fail(job->status, "%s: %s", fn, job->msg);
     return EM_OK;
@@ -272,7 +281,7 @@ em_status em_pg_all_reduce(em_process_group *pg, em_tensor *t, em_reduce_op op)
     em__pg_job job;
     job_from(&job, EM__PG_ALL_REDUCE, t);
     job.red = op;
-    return job.cuda ? run_nccl(pg, &job, fn) : run_sync(pg, &job, fn);
+    return job.cuda ? run_cuda(pg, &job, fn) : run_sync(pg, &job, fn);
 }
 
 em_status em_pg_broadcast(em_process_group *pg, em_tensor *t, int root)
@@ -291,7 +300,7 @@ em_status em_pg_broadcast(em_process_group *pg, em_tensor *t, int root)
     em__pg_job job;
     job_from(&job, EM__PG_BROADCAST, t);
     job.root = root;
-    return job.cuda ? run_nccl(pg, &job, fn) : run_sync(pg, &job, fn);
+    return job.cuda ? run_cuda(pg, &job, fn) : run_sync(pg, &job, fn);
 }
 
 em_status em_pg_all_gather(em_process_group *pg, em_tensor *t, em_tensor **out)
@@ -348,7 +357,7 @@ em_status em_pg_all_gather(em_process_group *pg, em_tensor *t, em_tensor **out)
             job.counts = counts;
             job.out = em_data_ptr(r);
             job.out_numel = em_numel(r);
-            s = job.cuda ? run_nccl(pg, &job, fn) : run_sync(pg, &job, fn);
+            s = job.cuda ? run_cuda(pg, &job, fn) : run_sync(pg, &job, fn);
             if (s == EM_OK)
                 *out = em_keep(r);
         }
@@ -389,7 +398,7 @@ em_status em_pg_reduce_scatter(em_process_group *pg, em_tensor *in, em_tensor *o
     job.red = op;
     job.out = em_data_ptr(out);
     job.out_numel = em_numel(out);
-    return job.cuda ? run_nccl(pg, &job, fn) : run_sync(pg, &job, fn);
+    return job.cuda ? run_cuda(pg, &job, fn) : run_sync(pg, &job, fn);
 }
 
 em_status em_pg_barrier(em_process_group *pg)
@@ -420,12 +429,14 @@ em_work *em_pg_all_reduce_async(em_process_group *pg, em_tensor *t, em_reduce_op
     w->job.pg = pg;
     w->job.hold = em_retain(t);   /* released by em_work_wait */
     t->storage->version++;
-    if (w->job.cuda)
-        em__pg_nccl_start(pg, &w->job, fn);   /* a failure waits in the job for em_work_wait */
-    else if (pg->world == 1)
+    if (w->job.cuda) {
+        w->job.fn = fn;
+        cuda_transport(pg->tp)->start(pg, &w->job);   /* a failure waits in the job for em_work_wait */
+    } else if (pg->world == 1) {
         w->job.done = 1;
-    else
+    } else {
         em__pg_submit(pg, &w->job);
+    }
     return w;
 }
 
@@ -435,7 +446,7 @@ em_status em_work_wait(em_work *w)
         return failed_input();
     em_process_group *pg = w->job.pg;
     if (w->job.cuda)
-        em__pg_nccl_wait(pg, &w->job);
+        cuda_transport(pg->tp)->wait(pg, &w->job);
     else if (pg->world > 1)
         em__pg_wait(pg, &w->job);
     em_status s = w->job.status;

@@ -26,13 +26,16 @@
  * 25 MiB at about 10 GB/s, 100 MiB at 3-6 GB/s, where memory saturates.
  *
  * Waits poll with the group's deadline and notice dead peers (kill(pid, 0)).
- * The header exchange before (pg_mpi.c) guarantees that every rank is in the
- * same all-reduce of the same size, so every decision here is the same on
- * every rank without further talk.
+ * The header exchange before (the carrier's agree, run by the comm thread)
+ * guarantees that every rank is in the same all-reduce of the same size, so
+ * every decision here is the same on every rank without further talk.
+ *
+ * A fast transport (em__pg_shm_transport; pg_internal.h): the comm thread
+ * offers it each CPU job before the carrier. It sets itself up through the
+ * carrier's byte allgather (em__pg_setup_allgather), never calling MPI, and
+ * lends the group its view of node-local peers (who lags, who died).
  */
-#include "distributed/pg_internal.h"
-
-#include "ember_config.h"
+#include "distributed/pg/pg_internal.h"
 
 #include <errno.h>
 #include <stddef.h>
@@ -40,7 +43,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if EMBER_HAVE_MPI
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -49,7 +51,6 @@
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
-
 
 #define SLOT 128
 typedef struct shm_slot {
@@ -135,7 +136,7 @@ static em_status all_ok(em_process_group *pg, bool mine, bool *all, char *msg, s
         return EM_ERR_OOM;
     }
     char c = mine ? 1 : 0;
-    em_status s = em__pg_mpi_allgather_bytes(pg, &c, flags, 1, "shared-memory setup", msg, cap);
+    em_status s = em__pg_setup_allgather(pg, &c, flags, 1, "shared-memory setup", msg, cap);
     *all = true;
     for (int q = 0; s == EM_OK && q < pg->world; q++)
         *all = *all && flags[q];
@@ -150,7 +151,7 @@ static size_t env_size(const char *name, size_t dflt)
     return e && *e ? (size_t)strtoull(e, NULL, 10) : dflt;
 }
 
-em_status em__pg_shm_setup(em_process_group *pg, char *msg, size_t cap)
+static em_status setup_segment(em_process_group *pg, char *msg, size_t cap)
 {
     int world = pg->world;
     em__pg_shm *sh = calloc(1, sizeof *sh);
@@ -173,7 +174,7 @@ em_status em__pg_shm_setup(em_process_group *pg, char *msg, size_t cap)
         mine.ring = env_size("EMBER_SHM_RING", 16);
         mine.ring = mine.ring < 2 ? 2 : mine.ring;
     }
-    em_status s = em__pg_mpi_allgather_bytes(pg, &mine, tags, (int)sizeof mine, "shared-memory setup", msg, cap);
+    em_status s = em__pg_setup_allgather(pg, &mine, tags, (int)sizeof mine, "shared-memory setup", msg, cap);
     sh->tag = tags[0];
     free(tags);
     sh->step = (size_t)sh->tag.step;
@@ -214,10 +215,22 @@ em_status em__pg_shm_setup(em_process_group *pg, char *msg, size_t cap)
     pg->shm = sh;
     MY(pg)->pid = (int32_t)getpid();
     /* everyone's pid is written before anyone checks for dead peers */
-    return em__pg_mpi_barrier(pg, "shared-memory setup", msg, cap);
+    return em__pg_setup_barrier(pg, "shared-memory setup", msg, cap);
 }
 
-void em__pg_shm_free(em_process_group *pg)
+/* After the carrier's setup, when every rank is on this node (EMBER_SHM=0:
+ * never). Only a timeout or a lost peer fails the group; any other failure
+ * leaves pg->shm NULL, and MPI carries everything. */
+static em_status shm_setup(em_process_group *pg, char *msg, size_t cap)
+{
+    const char *e = getenv("EMBER_SHM");
+    if (e && strcmp(e, "0") == 0)
+        return EM_OK;
+    em_status s = setup_segment(pg, msg, cap);
+    return s == EM_ERR_TIMEOUT || s == EM_ERR_COMM ? s : EM_OK;
+}
+
+static void shm_close(em_process_group *pg)
 {
     em__pg_shm *sh = pg->shm;
     if (!sh)
@@ -230,31 +243,32 @@ void em__pg_shm_free(em_process_group *pg)
     pg->shm = NULL;
 }
 
-void em__pg_shm_enter(em_process_group *pg, uint64_t seq)
+/* Publishes that this rank entered collective seq (for peers' timeout messages). */
+static void shm_enter(em_process_group *pg, uint64_t seq)
 {
     if (pg->shm)
         atomic_store_explicit(&MY(pg)->seq, seq, memory_order_release);
 }
 
-uint64_t em__pg_shm_peer_seq(em_process_group *pg, int rank)
+static uint64_t peer_seq(em_process_group *pg, int rank)
 {
     return pg->shm ? atomic_load_explicit(&PEER(pg, rank)->seq, memory_order_acquire) : 0;
 }
 
-void em__pg_laggards(em_process_group *pg, uint64_t seq, char *buf, size_t cap)
+static void shm_laggards(em_process_group *pg, uint64_t seq, char *buf, size_t cap)
 {
     buf[0] = 0;
     if (!pg->shm)
         return;
     size_t n = 0;
     for (int q = 0; q < pg->world && n + 64 < cap; q++) {
-        uint64_t s = em__pg_shm_peer_seq(pg, q);
+        uint64_t s = peer_seq(pg, q);
         if (q != pg->rank && s < seq)
             n += (size_t)snprintf(buf + n, cap - n, "; rank %d is at collective #%llu", q, (unsigned long long)s);
     }
 }
 
-bool em__pg_shm_dead_peer(em_process_group *pg, char *buf, size_t cap)
+static bool shm_dead_peer(em_process_group *pg, char *buf, size_t cap)
 {
     if (!pg->shm)
         return false;
@@ -279,7 +293,8 @@ bool em__pg_shm_dead_peer(em_process_group *pg, char *buf, size_t cap)
     return false;
 }
 
-bool em__pg_shm_wants(em_process_group *pg, const em__pg_job *job)
+/* Every all-reduce but of bools, from EMBER_SHM_MIN_BYTES up, once set up. */
+static bool shm_takes(const em_process_group *pg, const em__pg_job *job)
 {
     em__pg_shm *sh = pg->shm;
     return sh && job->kind == EM__PG_ALL_REDUCE && job->dtype != EM_BOOL &&
@@ -400,8 +415,9 @@ static void phase_c(em_process_group *pg, em__pg_job *job, const geom *G, int64_
  * descheduled, this rank still gets ahead with A up to a ring's worth of
  * steps instead of waiting. Nothing ready: spin briefly, then sleep on the
  * bell of the peer that holds things up. */
-bool em__pg_shm_all_reduce(em_process_group *pg, em__pg_job *job, double t0)
+static void shm_run(em_process_group *pg, em__pg_job *job)
 {
+    double t0 = job->t0;
     em__pg_shm *sh = pg->shm;
     geom G;
     G.n = job->numel;
@@ -447,15 +463,15 @@ bool em__pg_shm_all_reduce(em_process_group *pg, em__pg_job *job, double t0)
             char stage[96];
             snprintf(stage, sizeof stage, "in the shared-memory all-reduce, waiting for rank %d", q);
             em__pg_timeout(pg, job, stage);
-            return true;
+            return;
         }
         if (now > next_check) {
             char dead[96], what[160];
             next_check = now + 0.25;
-            if (em__pg_shm_dead_peer(pg, dead, sizeof dead)) {
+            if (shm_dead_peer(pg, dead, sizeof dead)) {
                 em__pg_job_fail(job, EM_ERR_COMM, "%s on rank %d of %d failed: %s exited during the shared-memory all-reduce",
                                 em__pg_job_str(job, what, sizeof what), pg->rank, pg->world, dead);
-                return true;
+                return;
             }
         }
         if (idle++ < 256)
@@ -463,18 +479,15 @@ bool em__pg_shm_all_reduce(em_process_group *pg, em__pg_job *job, double t0)
         else
             sleep_on(pg, q, which, target);
     }
-    return true;
 }
 
-#else /* !EMBER_HAVE_MPI */
-
-em_status em__pg_shm_setup(em_process_group *pg, char *msg, size_t cap) { return EM_OK; }
-void em__pg_shm_free(em_process_group *pg) { (void)pg; }
-void em__pg_shm_enter(em_process_group *pg, uint64_t seq) { (void)pg; (void)seq; }
-uint64_t em__pg_shm_peer_seq(em_process_group *pg, int rank) { return 0; }
-void em__pg_laggards(em_process_group *pg, uint64_t seq, char *buf, size_t cap) { buf[0] = 0; }
-bool em__pg_shm_dead_peer(em_process_group *pg, char *buf, size_t cap) { return false; }
-bool em__pg_shm_wants(em_process_group *pg, const em__pg_job *job) { return false; }
-bool em__pg_shm_all_reduce(em_process_group *pg, em__pg_job *job, double t0) { return false; }
-
-#endif
+const em__pg_transport em__pg_shm_transport = {
+    .name = "shm",
+    .setup = shm_setup,
+    .close = shm_close,
+    .takes = shm_takes,
+    .run = shm_run,
+    .enter = shm_enter,
+    .laggards = shm_laggards,
+    .dead_peer = shm_dead_peer,
+};

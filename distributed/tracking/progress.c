@@ -1,4 +1,4 @@
-/* ember — distributed/progress.c: a tqdm-like progress bar on the main process.
+/* ember — distributed/tracking/progress.c: a tqdm-like progress bar on the main process.
  *
  * Output goes to stderr (as tqdm's does), so a program's results on stdout
  * stay clean for whatever parses them. On a terminal the bar is one line
@@ -10,7 +10,7 @@
  *
  * The rate is the average since the bar was created (n / elapsed); the ETA
  * is (total - n) / rate. With total <= 0 the bar shows "420it [00:12, 34.5 it/s]". */
-#include "distributed/distributed.h"
+#include "distributed/tracking/tracking_internal.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -100,11 +100,11 @@ static void draw(em_progress *p, double now)
     p->drawn_n = p->n;
 }
 
-em_progress *em_progress_new_opts(em_accelerator *acc, int64_t total, const char *desc, const em_progress_opts *o)
+em_progress *em_progress_new_opts(struct em_accelerator *acc, int64_t total, const char *desc, const em_progress_opts *o)
 {
     em_progress *p = calloc(1, sizeof *p);
     if (!p) return NULL;
-    p->active = !acc || em_accelerator_is_main_process(acc);
+    p->active = em__tracking_is_main(acc);
     p->out = o && o->out ? o->out : stderr;
     p->tty = o && o->tty ? o->tty > 0 : isatty(fileno(p->out));
     p->clock = o && o->clock ? o->clock : monotonic_s;
@@ -120,7 +120,7 @@ em_progress *em_progress_new_opts(em_accelerator *acc, int64_t total, const char
     return p;
 }
 
-em_progress *em_progress_new(em_accelerator *acc, int64_t total, const char *desc)
+em_progress *em_progress_new(struct em_accelerator *acc, int64_t total, const char *desc)
 {
     return em_progress_new_opts(acc, total, desc, NULL);
 }

@@ -1,7 +1,7 @@
 /* ember — the Accelerator: prepare, per-batch scopes, gradient accumulation
  * with the short last window weighted by its real length, the optimizer and
  * scheduler steps that no-op on non-sync micro-steps, mixed precision,
- * clipping, gather_for_metrics and the process helpers (distributed.h).
+ * clipping, gather_for_metrics and the process helpers (accelerator.h).
  * save_state/load_state live in accelerator_state.c.
  *
  * The window arithmetic. With an active prepared dataloader of L batches per
@@ -12,9 +12,10 @@
  * the step counter reset at each epoch start, but computed from the loader's
  * position, so it also holds after a mid-epoch resume. Without an active
  * loader a plain counter cycles 1..K. */
-#include "distributed/accelerator_internal.h"
-#include "distributed/ddp_internal.h"
-#include "distributed/pg_internal.h"
+#include "distributed/accelerate/accelerator_internal.h"
+#include "distributed/ddp/ddp_internal.h"
+#include "distributed/pg/pg_internal.h"
+#include "distributed/tracking/tracking_internal.h"
 #include "nn/nn_internal.h"
 #include "optim/optim_internal.h"
 
@@ -127,7 +128,7 @@ static em_status pick_device(em_accelerator *acc, bool cpu, em_device *out)
                         "em_accelerator_new: local rank %d has no GPU of its own (%d visible on this node; each "
                         "process needs one): run at most %d processes per node, or train on the CPU (--cpu, "
                         "EMBER_USE_CPU=true, or .cpu = true)", acc->local_rank, n, n);
-    if (acc->world > 1 && !em__pg_nccl_built())
+    if (acc->world > 1 && !em__pg_cuda_built())
         return em__fail(EM_ERR_UNSUPPORTED,
                         "em_accelerator_new: %d processes on GPUs need NCCL, and this ember was built without it: "
                         "train on the CPU (--cpu, EMBER_USE_CPU=true, or .cpu = true)", acc->world);
@@ -194,6 +195,7 @@ em_accelerator *em_accelerator_new(const em_accelerator_opts *opts)
     acc->local_rank = em_pg_local_rank(acc->pg);
     if (pick_device(acc, o.cpu, &acc->device) != EM_OK) goto fail;
     em__nn_set_process(acc->rank, acc->world);
+    em__tracking_main_probe = em_accelerator_is_main_process;   /* tracking asks which process writes */
     if (mp == EM_MP_FP16 && !(acc->scaler = em_grad_scaler_new(&o.scaler))) goto fail;
     if (acc->scaler) track_fp16(acc, true);
     return acc;

@@ -11,10 +11,15 @@
  * Data then moves with non-blocking MPI (MPI_Iallreduce, ...) polled with
  * MPI_Test until done or until the group's timeout, so nothing waits forever.
  * MPI errors are returned (MPI_ERRORS_RETURN on our own duplicate of
- * MPI_COMM_WORLD), not fatal. Large all-reduces between ranks on one node go
- * through shared memory instead (pg_shm.c).
+ * MPI_COMM_WORLD), not fatal.
+ *
+ * It is the group's carrier (em__pg_mpi_transport; pg_internal.h): besides
+ * running jobs it exchanges the headers (agree) before the comm thread picks
+ * who runs a job, so large all-reduces between ranks on one node can go
+ * through shared memory instead (pg_shm.c, which it never calls), and it
+ * lends other transports a byte allgather for their setup.
  */
-#include "distributed/pg_internal.h"
+#include "distributed/pg/pg_internal.h"
 
 #include "ember_config.h"
 
@@ -48,7 +53,9 @@ static void mpi_err_str(int rc, char *buf, size_t cap)
     snprintf(buf, cap, "%s", s);
 }
 
-em_status em__pg_mpi_init(em_process_group *pg)
+/* On the caller's thread, before the comm thread starts: MPI_Init_thread
+ * when needed, and the check that MPI agrees with the environment. */
+static em_status mpi_open(em_process_group *pg)
 {
     em__pg_mpi *m = calloc(1, sizeof *m);
     if (!m)
@@ -96,7 +103,7 @@ static em_status poll_req(em_process_group *pg, MPI_Request *req, double t0, int
             return EM_ERR_TIMEOUT;
         if (now > next_check) {
             next_check = now + 0.25;
-            if (dead && em__pg_shm_dead_peer(pg, dead, cap)) {
+            if (dead && em__pg_dead_peer(pg, dead, cap)) {
                 *mpi_rc = MPI_SUCCESS;
                 return EM_ERR_COMM;
             }
@@ -136,8 +143,9 @@ static em_status start_failed(em_process_group *pg, em__pg_job *job, int rc, con
                            em__pg_job_str(job, what, sizeof what), pg->rank, pg->world, call, es);
 }
 
-em_status em__pg_mpi_allgather_bytes(em_process_group *pg, const void *mine, void *all, int bytes,
-                                     const char *what, char *msg, size_t cap)
+/* For other transports' setup (em__pg_setup_allgather). */
+static em_status allgather_bytes(em_process_group *pg, const void *mine, void *all, int bytes, const char *what,
+                                 char *msg, size_t cap)
 {
     MPI_Request req;
     double t0 = em__pg_now();
@@ -154,21 +162,8 @@ em_status em__pg_mpi_allgather_bytes(em_process_group *pg, const void *mine, voi
     return s;
 }
 
-em_status em__pg_mpi_barrier(em_process_group *pg, const char *what, char *msg, size_t cap)
-{
-    char a = 1, all[1024];
-    char *buf = pg->world <= (int)sizeof all ? all : malloc((size_t)pg->world);
-    if (!buf) {
-        snprintf(msg, cap, "%s: out of memory", what);
-        return EM_ERR_OOM;
-    }
-    em_status s = em__pg_mpi_allgather_bytes(pg, &a, buf, 1, what, msg, cap);
-    if (buf != all)
-        free(buf);
-    return s;
-}
-
-em_status em__pg_mpi_setup(em_process_group *pg, char *msg, size_t cap)
+/* On the comm thread, once: our own duplicate of MPI_COMM_WORLD. */
+static em_status mpi_setup(em_process_group *pg, char *msg, size_t cap)
 {
     em__pg_mpi *m = pg->mpi;
     MPI_Request req;
@@ -189,16 +184,12 @@ em_status em__pg_mpi_setup(em_process_group *pg, char *msg, size_t cap)
     }
     m->have_comm = true;
     MPI_Comm_set_errhandler(m->comm, MPI_ERRORS_RETURN);
-    const char *e = getenv("EMBER_SHM");
-    if (!(e && strcmp(e, "0") == 0)) {
-        s = em__pg_shm_setup(pg, msg, cap);
-        if (s == EM_ERR_TIMEOUT || s == EM_ERR_COMM)
-            return s;
-    }
     return EM_OK;
 }
 
-void em__pg_mpi_finalize(em_process_group *pg)
+/* MPI_Finalize unless the group is broken (which would hang) or MPI was
+ * initialized by someone else. */
+static void mpi_close(em_process_group *pg)
 {
     em__pg_mpi *m = pg->mpi;
     if (!m)
@@ -324,7 +315,9 @@ static em_status check_headers(em_process_group *pg, em__pg_job *job, const int6
     return EM_OK;
 }
 
-static em_status exchange_headers(em_process_group *pg, em__pg_job *job, double t0)
+/* The header exchange before every job but all_gather's data step (the comm
+ * thread's run_job calls it before choosing who runs the job). */
+static em_status agree(em_process_group *pg, em__pg_job *job)
 {
     int64_t mine[HDR_N] = {0};
     mine[H_MAGIC] = HDR_MAGIC;
@@ -344,7 +337,7 @@ static em_status exchange_headers(em_process_group *pg, em__pg_job *job, double 
     MPI_Request req;
     int rc = MPI_Iallgather(mine, HDR_N, MPI_INT64_T, all, HDR_N, MPI_INT64_T, pg->mpi->comm, &req);
     em_status s = rc != MPI_SUCCESS ? start_failed(pg, job, rc, "MPI_Iallgather")
-                                    : wait_job(pg, job, &req, t0, "waiting for the other ranks to join it");
+                                    : wait_job(pg, job, &req, job->t0, "waiting for the other ranks to join it");
     if (s == EM_OK)
         s = check_headers(pg, job, all);
     if (s == EM_OK && job->kind == EM__PG_ALL_GATHER)
@@ -480,17 +473,12 @@ static em_status mpi_all_gather(em_process_group *pg, em__pg_job *job, double t0
     return s;
 }
 
-void em__pg_mpi_run(em_process_group *pg, em__pg_job *job)
+/* After agree (the comm thread's run_job). */
+static void mpi_run(em_process_group *pg, em__pg_job *job)
 {
-    double t0 = em__pg_now();
-    em__pg_shm_enter(pg, job->seq);
-    if (job->kind != EM__PG_ALL_GATHER_DATA && exchange_headers(pg, job, t0) != EM_OK)
-        return;
+    double t0 = job->t0;
     switch (job->kind) {
-    case EM__PG_ALL_REDUCE:
-        if (!(em__pg_shm_wants(pg, job) && em__pg_shm_all_reduce(pg, job, t0)))
-            mpi_all_reduce(pg, job, t0);
-        break;
+    case EM__PG_ALL_REDUCE: mpi_all_reduce(pg, job, t0); break;
     case EM__PG_BROADCAST: mpi_broadcast(pg, job, t0); break;
     case EM__PG_REDUCE_SCATTER: mpi_reduce_scatter(pg, job, t0); break;
     case EM__PG_ALL_GATHER_DATA: mpi_all_gather(pg, job, t0); break;
@@ -498,34 +486,26 @@ void em__pg_mpi_run(em_process_group *pg, em__pg_job *job)
     }
 }
 
+const em__pg_transport em__pg_mpi_transport = {
+    .name = "mpi",
+    .open = mpi_open,
+    .setup = mpi_setup,
+    .close = mpi_close,
+    .run = mpi_run,
+    .agree = agree,
+    .allgather_bytes = allgather_bytes,
+};
+
 #else /* !EMBER_HAVE_MPI */
 
-em_status em__pg_mpi_init(em_process_group *pg)
+static em_status mpi_missing(em_process_group *pg)
 {
     return em__fail(EM_ERR_UNSUPPORTED,
                     "em_pg_init: the environment asks for rank %d of %d, but this ember was built without MPI",
                     pg->rank, pg->world);
 }
-em_status em__pg_mpi_setup(em_process_group *pg, char *msg, size_t cap)
-{
-    snprintf(msg, cap, "built without MPI");
-    return EM_ERR_UNSUPPORTED;
-}
-void em__pg_mpi_finalize(em_process_group *pg) { (void)pg; }
-void em__pg_mpi_run(em_process_group *pg, em__pg_job *job)
-{
-    em__pg_job_fail(job, EM_ERR_UNSUPPORTED, "built without MPI");
-}
-em_status em__pg_mpi_allgather_bytes(em_process_group *pg, const void *mine, void *all, int bytes,
-                                     const char *what, char *msg, size_t cap)
-{
-    snprintf(msg, cap, "built without MPI");
-    return EM_ERR_UNSUPPORTED;
-}
-em_status em__pg_mpi_barrier(em_process_group *pg, const char *what, char *msg, size_t cap)
-{
-    snprintf(msg, cap, "built without MPI");
-    return EM_ERR_UNSUPPORTED;
-}
+
+/* Only open: a world of more than one cannot start, so nothing else is called. */
+const em__pg_transport em__pg_mpi_transport = {.name = "mpi", .open = mpi_missing};
 
 #endif

@@ -1,10 +1,10 @@
-/* ember — distributed/: internals of the Accelerator, shared by accelerator.c
+/* ember — distributed/accelerate/: internals of the Accelerator, shared by accelerator.c
  * (prepare, the accumulation logic, the steps, collectives, helpers) and
  * accelerator_state.c (save_state / load_state). Not installed. */
 #ifndef EMBER_ACCELERATOR_INTERNAL_H
 #define EMBER_ACCELERATOR_INTERNAL_H
 
-#include "distributed/distributed.h"
+#include "distributed/accelerate/accelerator.h"
 #include "tensor/tensor_internal.h"
 
 /* At most this many objects of each kind can be prepared (misuse beyond). */

@@ -1,9 +1,9 @@
-/* ember — distributed/: DDP internals for the Accelerator (accelerator*.c)
+/* ember — distributed/ddp/: DDP internals for the Accelerator (accelerator*.c)
  * and the tests. Not installed. */
 #ifndef EMBER_DDP_INTERNAL_H
 #define EMBER_DDP_INTERNAL_H
 
-#include "distributed/distributed.h"
+#include "distributed/ddp/ddp.h"
 
 /* Optional: marks "backward begins now" for the bucket timeline
  * (em_ddp_buckets' *_ms fields). Without it the timeline starts at the first

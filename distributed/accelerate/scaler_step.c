@@ -1,8 +1,8 @@
 /* ember — torch's scaler.unscale_(opt) / scaler.step(opt) / clip, in the
- * loop's layer (contract in distributed.h "GradScaler with an optimizer"):
+ * loop's layer (contract in accelerator.h "GradScaler with an optimizer"):
  * amp.h's scaler takes tensors and returns flags; these collect an
  * optimizer's gradients for it and step the optimizer when it says so. */
-#include "distributed/distributed.h"
+#include "distributed/accelerate/accelerator.h"
 #include "tensor/tensor_internal.h"
 
 #include <stdlib.h>

@@ -1,5 +1,5 @@
 /* ember — the Accelerator's checkpoints: save_state / load_state (layout in
- * distributed.h), automatic checkpoint naming with total_limit.
+ * accelerator.h), automatic checkpoint naming with total_limit.
  *
  * Atomicity: every rank writes into "<dir>.tmp-ember" (made by the main
  * process; a stale one from a crash is removed first); once every rank
@@ -12,7 +12,7 @@
  *
  * Numbers that must survive exactly (the RNG's 64-bit seed and offset) are
  * written as decimal strings; counters fit a double exactly. */
-#include "distributed/accelerator_internal.h"
+#include "distributed/accelerate/accelerator_internal.h"
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
