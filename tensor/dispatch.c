@@ -30,6 +30,13 @@ const em_backend *em__backend(em_device_type type)
     return __atomic_load_n(&backends[type], __ATOMIC_ACQUIRE);
 }
 
+int em_device_count(em_device_type type)
+{
+    if (type == EM_DEVICE_CPU) return 1;
+    const em_backend *b = em__backend(type);
+    return b && b->device_count ? b->device_count() : 0;
+}
+
 const char *em__backend_absent(em_device dev, char why[160])
 {
     char b[16];

@@ -128,6 +128,10 @@ bool em_dtype_is_float(em_dtype dt);
 bool em_device_eq(em_device a, em_device b);
 /** Writes "cpu" or "cuda:N" into buf (16 bytes, the caller's) and returns buf; "typeT:N" for a type that is no device. */
 const char *em_device_str(em_device d, char buf[16]);
+/** How many devices of this type the machine has for ember (torch.cuda.device_count()):
+ * 1 for the CPU; for CUDA, 0 in a build without CUDA or on a machine without a
+ * usable GPU. The first CUDA query initializes the driver (not before fork()). */
+int em_device_count(em_device_type type);
 /** Threads used by CPU kernels: EM_NUM_THREADS, then OMP_NUM_THREADS, then cores
  * (read once, at the first call). */
 int em_num_threads(void);

@@ -120,8 +120,7 @@ static em_status pick_device(em_accelerator *acc, bool cpu, em_device *out)
         else if (strcasecmp(e, "false") && strcmp(e, "0") && strcasecmp(e, "no"))
             return em__fail(EM_ERR_INVALID, "em_accelerator_new: EMBER_USE_CPU='%s' is not true or false", e);
     }
-    const em_backend *b = em__backend(EM_DEVICE_CUDA);
-    int n = b && b->device_count ? b->device_count() : 0;
+    int n = em_device_count(EM_DEVICE_CUDA);
     if (cpu || n == 0) return EM_OK;
     if (acc->local_rank >= n)
         return em__fail(EM_ERR_INVALID,

@@ -5,7 +5,8 @@
 #define EMBER_ACCELERATOR_INTERNAL_H
 
 #include "distributed/accelerate/accelerator.h"
-#include "tensor/tensor_internal.h"
+#include "tensor/numeric.h"
+#include "tensor/support.h"
 
 /* At most this many objects of each kind can be prepared (misuse beyond). */
 #define EM__ACC_MAX 16

@@ -3,7 +3,7 @@
  * amp.h's scaler takes tensors and returns flags; these collect an
  * optimizer's gradients for it and step the optimizer when it says so. */
 #include "distributed/accelerate/accelerator.h"
-#include "tensor/tensor_internal.h"
+#include "tensor/support.h"
 
 #include <stdlib.h>
 

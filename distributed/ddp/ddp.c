@@ -79,7 +79,7 @@
  */
 #include "autograd/autograd_internal.h"
 #include "distributed/ddp/ddp_internal.h"
-#include "tensor/tensor_internal.h"
+#include "tensor/support.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -33,7 +33,9 @@
 #define EMBER_PG_INTERNAL_H
 
 #include "distributed/pg/pg.h"
-#include "tensor/tensor_internal.h"
+#include "tensor/construct.h"
+#include "tensor/numeric.h"
+#include "tensor/support.h"
 
 #include <pthread.h>
 #include <stdatomic.h>

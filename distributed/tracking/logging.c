@@ -7,7 +7,7 @@
  * %.17g (they read back bit for bit); NaN and infinities, which JSON lacks,
  * are written as null. Names are JSON-escaped. */
 #include "distributed/tracking/tracking_internal.h"
-#include "tensor/tensor_internal.h"
+#include "tensor/support.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -23,7 +23,7 @@
  * reader never sees half a record unless the disk fills; on a short write
  * the writer reports EM_ERR_IO naming the file and writes nothing more. */
 #include "distributed/tracking/tracking_internal.h"
-#include "tensor/tensor_internal.h"
+#include "tensor/support.h"
 
 #include <errno.h>
 #include <fcntl.h>
