@@ -66,7 +66,10 @@
                                          sqrt(2 / M_PI) * (1 + 3 * 0.044715 * x * x)),                               \
       0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))), ANY, (-6, 6), (-6, 6))                      \
     X(U, SIN, sin, FLOATING, HEAVY, m_sin(x), RULE(bw_sin, 1, 0), sin(x), ANY, (-10, 10), (-6, 6))                   \
-    X(U, COS, cos, FLOATING, HEAVY, m_cos(x), RULE(bw_cos, 1, 0), cos(x), ANY, (-10, 10), (-6, 6))
+    X(U, COS, cos, FLOATING, HEAVY, m_cos(x), RULE(bw_cos, 1, 0), cos(x), ANY, (-10, 10), (-6, 6))                   \
+    X(U, SILU, silu, FLOATING, HEAVY, x * m_sigmoid(x),                                                              \
+      DERIV(m_sigmoid(x) * ((C)1 + x * ((C)1 - m_sigmoid(x))), 1 / (1 + exp(-x)) * (1 + x * exp(-x) / (1 + exp(-x)))), \
+      x / (1 + exp(-x)), ANY, (-20, 20), (-12, 12))
 /* clang-format on */
 
 /* ---- views of the list, for the files that expand it ---------------------------------------------
