@@ -19,8 +19,9 @@
  * X(U, NAME, name, dtypes, cost, f, backward, ref, grad_domain, values, parity)
  *   U            passed through (EM_UNARY_LIST's second argument)
  *   NAME, name   EM_OP_<NAME>; em_<name>, and "name" in messages and graphs
- *   dtypes       FLOATING: f32 f64 f16 bf16. NUMERIC: also i64 i32 (f must then be exact
- *                integer arithmetic: the CUDA parity test compares those bit for bit)
+ *   dtypes       FLOATING: f32 f64 f16 bf16. NUMERIC: also i64 i32; f must then round
+ *                nothing (sign, selection, wrapping integer arithmetic): the CUDA parity
+ *                test compares NUMERIC ops bit for bit
  *   cost         HEAVY (tens of cycles an element: more threads sooner) or LIGHT
  *   f            f(x): an expression in x of the compute type C (float, double, or the
  *                integer type). It is compiled as C for the CPU and as C++ for CUDA, so
@@ -28,8 +29,8 @@
  *                compute in double), and the m_* functions both define:
  *                  m_neg m_abs m_exp m_log m_sqrt m_tanh m_sin m_cos m_sigmoid
  *                  m_gelu m_gelu_tanh m_gelu_grad m_gelu_tanh_grad
- *                (f32 on the CPU: vmath.h's vectorizing forms for exp, tanh, sigmoid and
- *                gelu; libm otherwise; CUDA: libdevice).
+ *                (f32 on the CPU: vmath.h's vectorizing forms for exp, tanh, sigmoid,
+ *                gelu and gelu_tanh; libm otherwise; CUDA: libdevice).
  *   backward     DERIV(df, dref): the gradient is dy * df, df = f'(x) written as f is,
  *                computed by the fused kernel <NAME>_BWD from the saved input; dref is
  *                f'(x) in double, the test's reference. Or RULE(fn, save_in, save_out):
@@ -39,6 +40,10 @@
  *                ANY U[-2,2); POSITIVE U[0.5,2); NONZERO |x| in [0.1,2), for kinks at 0
  *   values       (lo, hi): the value test's inputs (every dtype, several layouts)
  *   parity       (lo, hi): the CUDA parity test's inputs
+ *
+ * The columns are macro-expanded where the list is expanded, so a file that
+ * expands it must not define an object-like macro named like a column's tokens
+ * (NUMERIC, ANY, x, C, ...; tests/test_cuda.c calls its dtype mask NUMS).
  */
 #ifndef EMBER_UNARY_OPS_H
 #define EMBER_UNARY_OPS_H
