@@ -237,7 +237,8 @@ typedef struct gc_case {
 
 #define C(OP, label, n, mk, f) {EM_OP_##OP, label, n, mk_##mk, f_##f}
 #define UN_CASES(NAME, name, dtypes, cost, f, backward, ref, domain, ...) \
-    C(NAME, #name, 1, un_##domain, name), C(NAME, #name " of a transposed view", 1, un_##domain##_t, name),
+    C(NAME, #name ", " #domain " inputs", 1, un_##domain, name),                                  \
+    C(NAME, #name ", " #domain " inputs, a transposed view", 1, un_##domain##_t, name),
 static const gc_case cases[] = {
     C(VIEW, "reshape of a transposed [4,3] (copies), unsqueeze", 1, view_copy, view_copy),
     C(VIEW, "flatten, view, squeeze", 1, view_flat, view_flat),
