@@ -203,9 +203,10 @@ static void bw_relu(em_node *n, em_tensor *const *g, em_tensor **gin)
     gin[0] = em_masked_fill(g[0], em_le(OUT(0), CONST(0)), 0);
 }
 
-static void bw_gelu(em_node *n, em_tensor *const *g, em_tensor **gin)
+/* the DERIV rows of tensor/unary_ops.h: dy * f'(x) by the op's _BWD kernel */
+static void bw_unary(em_node *n, em_tensor *const *g, em_tensor **gin)
 {
-    gin[0] = em__gelu_backward(IN(0), g[0], n->op == EM_OP_GELU_TANH);
+    gin[0] = em__unary_backward((em_op)n->op, IN(0), g[0]);
 }
 
 static void bw_sin(em_node *n, em_tensor *const *g, em_tensor **gin) { gin[0] = em_mul(g[0], em_cos(IN(0))); }
@@ -467,6 +468,10 @@ static void bw_scatter_add(em_node *n, em_tensor *const *g, em_tensor **gin)
 #define DIFF(fn, si, so, tol) {.backward = fn, .save_in = si, .save_out = so, TOL(tol)}
 #define DIFF1(fn, si, so, tol) {.backward = fn, .save_in = si, .save_out = so, .n_diff_out = 1, TOL(tol)}
 #define GC 1e-6, 1e-7, 1e-5     /* the default gradcheck settings (f64) */
+/* unary_ops.h's rows: RULE(fn, save_in, save_out) names a rule above; DERIV(...) takes bw_unary */
+#define UNARY_RULE_RULE(fn, si, so) DIFF(fn, si, so, GC)
+#define UNARY_RULE_DERIV(df, dref) DIFF(bw_unary, 1, 0, GC)
+#define UNARY_RULE(NAME, name, dtypes, cost, f, backward, ...) [EM_OP_##NAME] = UNARY_RULE_##backward,
 
 const em_rule em_rules[EM_NUM_OPS] = {
     [EM_OP_VIEW] = DIFF(bw_view, 0, 0, GC),
@@ -482,19 +487,7 @@ const em_rule em_rules[EM_NUM_OPS] = {
     [EM_OP_POW] = DIFF(bw_pow, 3, 1, GC),
     [EM_OP_MAXIMUM] = DIFF(bw_extremum2, 3, 0, GC),
     [EM_OP_MINIMUM] = DIFF(bw_extremum2, 3, 0, GC),
-    [EM_OP_NEG] = DIFF(bw_neg, 0, 0, GC),
-    [EM_OP_ABS] = DIFF(bw_abs, 1, 0, GC),
-    [EM_OP_EXP] = DIFF(bw_exp, 0, 1, GC),
-    [EM_OP_LOG] = DIFF(bw_log, 1, 0, GC),
-    [EM_OP_SQRT] = DIFF(bw_sqrt, 0, 1, GC),
-    [EM_OP_RSQRT] = DIFF(bw_rsqrt, 0, 1, GC),
-    [EM_OP_TANH] = DIFF(bw_tanh, 0, 1, GC),
-    [EM_OP_SIGMOID] = DIFF(bw_sigmoid, 0, 1, GC),
-    [EM_OP_RELU] = DIFF(bw_relu, 0, 1, GC),
-    [EM_OP_GELU] = DIFF(bw_gelu, 1, 0, GC),
-    [EM_OP_GELU_TANH] = DIFF(bw_gelu, 1, 0, GC),
-    [EM_OP_SIN] = DIFF(bw_sin, 1, 0, GC),
-    [EM_OP_COS] = DIFF(bw_cos, 1, 0, GC),
+    EM_UNARY_OPS(UNARY_RULE)   /* tensor/unary_ops.h */
     [EM_OP_WHERE] = DIFF(bw_where, 1, 0, GC),
     [EM_OP_MASKED_FILL] = DIFF(bw_masked_fill, 2, 0, GC),
     [EM_OP_SUM] = DIFF(bw_sum, 0, 0, GC),

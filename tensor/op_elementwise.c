@@ -160,19 +160,12 @@ static em_tensor *unary(em_op op, const char *name, dtype_rule rule, em_tensor *
     return launch(op, 1, &a, a->ndim, a->shape, a->dtype, 0);
 }
 
-em_tensor *em_neg(em_tensor *a) { return unary(EM_OP_NEG, "em_neg", NUMERIC, a); }
-em_tensor *em_abs(em_tensor *a) { return unary(EM_OP_ABS, "em_abs", NUMERIC, a); }
-em_tensor *em_relu(em_tensor *a) { return unary(EM_OP_RELU, "em_relu", NUMERIC, a); }
-em_tensor *em_exp(em_tensor *a) { return unary(EM_OP_EXP, "em_exp", FLOATING, a); }
-em_tensor *em_log(em_tensor *a) { return unary(EM_OP_LOG, "em_log", FLOATING, a); }
-em_tensor *em_sqrt(em_tensor *a) { return unary(EM_OP_SQRT, "em_sqrt", FLOATING, a); }
-em_tensor *em_rsqrt(em_tensor *a) { return unary(EM_OP_RSQRT, "em_rsqrt", FLOATING, a); }
-em_tensor *em_tanh(em_tensor *a) { return unary(EM_OP_TANH, "em_tanh", FLOATING, a); }
-em_tensor *em_sigmoid(em_tensor *a) { return unary(EM_OP_SIGMOID, "em_sigmoid", FLOATING, a); }
-em_tensor *em_gelu(em_tensor *a) { return unary(EM_OP_GELU, "em_gelu", FLOATING, a); }
-em_tensor *em_gelu_tanh(em_tensor *a) { return unary(EM_OP_GELU_TANH, "em_gelu_tanh", FLOATING, a); }
-em_tensor *em_sin(em_tensor *a) { return unary(EM_OP_SIN, "em_sin", FLOATING, a); }
-em_tensor *em_cos(em_tensor *a) { return unary(EM_OP_COS, "em_cos", FLOATING, a); }
+/* em_<name> for every row of tensor/unary_ops.h (declared by hand in tensor.h:
+ * the _Static_assert stops the build when a declaration is missing). */
+#define UNARY_FRONT_END(NAME, name, dtypes, ...)                                                   \
+    _Static_assert(sizeof &em_##name, "declare em_" #name " in tensor/tensor.h");                  \
+    em_tensor *em_##name(em_tensor *a) { return unary(EM_OP_##NAME, "em_" #name, dtypes, a); }
+EM_UNARY_OPS(UNARY_FRONT_END)
 
 /* ---- where, masked_fill ------------------------------------------------------------------ */
 

@@ -1,6 +1,7 @@
 /* ember — front-ends made for autograd (declared in tensor/op_grad.h): the
- * GELU backward kernels, embedding with a padding_idx, and scaled dot-product
- * attention: composed from recorded ops, or the fused op SDPA on CUDA. */
+ * unary _BWD kernels (gelu's, ...), embedding with a padding_idx, and scaled
+ * dot-product attention: composed from recorded ops, or the fused op SDPA on
+ * CUDA. */
 #include "tensor/op_grad.h"
 #include "tensor/tensor_internal.h"
 
@@ -13,21 +14,31 @@ static bool same_shape(const em_tensor *a, const em_tensor *b)
     return a->ndim == b->ndim && !memcmp(a->shape, b->shape, sizeof(int64_t) * (size_t)a->ndim);
 }
 
-/* ---- gelu backward --------------------------------------------------------------- */
+/* ---- the unary _BWD ops (tensor/unary_ops.h's DERIV rows) ------------------------- */
 
-em_tensor *em__gelu_backward(em_tensor *x, em_tensor *dy, bool tanh_approx)
+#define BWD_OP(NAME, name, ...) [EM_OP_##NAME] = EM_OP_##NAME##_BWD,
+#define BWD_NAME(NAME, name, ...) [EM_OP_##NAME] = "em_" #name "_backward",
+static const em_op bwd_op[EM_NUM_OPS] = {EM_UNARY_BWD_OPS(BWD_OP)};
+static const char *const bwd_name[EM_NUM_OPS] = {EM_UNARY_BWD_OPS(BWD_NAME)};
+
+em_tensor *em__unary_backward(em_op op, em_tensor *x, em_tensor *dy)
 {
-    const char *op = tanh_approx ? "em_gelu_tanh_backward" : "em_gelu_backward";
-    EM_PROPAGATE_NULL(x, dy);
-    EM_CHECK(em_dtype_is_float(x->dtype) && x->dtype == dy->dtype, op,
+    if ((unsigned)op >= EM_NUM_OPS || !bwd_name[op]) {
+        em__misuse("em__unary_backward", "%s has no _BWD kernel (only the DERIV rows of tensor/unary_ops.h have one)",
+                   (unsigned)op < EM_NUM_OPS ? em_op_table[op].name : "(not an op)");
+        return NULL;
+    }
+    const char *name = bwd_name[op];
+    EM_PROPAGATE_NULL_IN(name, x, dy);
+    EM_CHECK(em_dtype_is_float(x->dtype) && x->dtype == dy->dtype, name,
              "x and dy must share a floating-point dtype, got %s and %s", em_dtype_name(x->dtype),
              em_dtype_name(dy->dtype));
-    EM_CHECK(same_shape(x, dy), op, "x %s and dy %s differ in shape", em__shape_str(x), em__shape_str(dy));
-    EM_CHECK(em_device_eq(x->device, dy->device), op, "x and dy are on different devices");
+    EM_CHECK(same_shape(x, dy), name, "x %s and dy %s differ in shape", em__shape_str(x), em__shape_str(dy));
+    EM_CHECK(em_device_eq(x->device, dy->device), name, "x and dy are on different devices");
     em_tensor *r = NULL;
     em_scope_begin();
     em_tensor *dx = em__empty(x->ndim, x->shape, x->dtype, x->device);
-    em_kargs k = {.op = tanh_approx ? EM_OP_GELU_TANH_BWD : EM_OP_GELU_BWD, .in = {x, dy}, .out = {dx}};
+    em_kargs k = {.op = bwd_op[op], .in = {x, dy}, .out = {dx}};
     if (dx && em__dispatch(&k) == EM_OK) r = em_keep(dx);
     em_scope_end();
     return r;

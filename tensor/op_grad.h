@@ -6,11 +6,14 @@
 #ifndef EMBER_OP_GRAD_H
 #define EMBER_OP_GRAD_H
 
+#include "tensor/ops.h"
 #include "tensor/tensor.h"
 
-/* dx = dy * gelu'(x) for the erf form (tanh_approx false) or torch's tanh
- * approximation. x and dy: same shape, same float dtype and device, any layout. */
-em_tensor *em__gelu_backward(em_tensor *x, em_tensor *dy, bool tanh_approx);
+/* dx = dy * f'(x) for a unary op f with a fused backward (a DERIV row of
+ * tensor/unary_ops.h: EM_OP_GELU, EM_OP_GELU_TANH, ...; another op is misuse)
+ * through its _BWD kernel. x and dy: same shape, same float dtype and device,
+ * any layout. Misuse names em_<name>_backward. */
+em_tensor *em__unary_backward(em_op op, em_tensor *x, em_tensor *dy);
 
 /* em_embedding that records padding_idx for autograd: the gradient rows of
  * padding_idx stay zero (torch's nn.Embedding(padding_idx=...)). padding_idx

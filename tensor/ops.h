@@ -15,6 +15,8 @@
 #ifndef EMBER_OPS_H
 #define EMBER_OPS_H
 
+#include "tensor/unary_ops.h"
+
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -32,9 +34,8 @@ struct em_tensor;
     /* binary: in[0], in[1] broadcastable to out's shape (the kernel broadcasts); same dtype; cmp ops out EM_BOOL */  \
     X(ADD) X(SUB) X(MUL) X(DIV) X(POW) X(MAXIMUM) X(MINIMUM)                             \
     X(EQ) X(NE) X(LT) X(LE) X(GT) X(GE)                                                  \
-    /* unary: in[0] -> out[0], same shape and dtype */                                  \
-    X(NEG) X(ABS) X(EXP) X(LOG) X(SQRT) X(RSQRT) X(TANH) X(SIGMOID) X(RELU)              \
-    X(GELU) X(GELU_TANH) X(SIN) X(COS)                                                   \
+    /* unary: in[0] -> out[0], same shape and dtype; the list is tensor/unary_ops.h */   \
+    EM_UNARY_OP_NAMES(X)                                                                 \
     /* WHERE: in[0]=cond bool, in[1]=x, in[2]=y, all broadcastable to out's shape */         \
     /* MASKED_FILL: in[0]=x, in[1]=mask bool broadcastable; f[0]=value */                     \
     X(WHERE) X(MASKED_FILL)                                                              \
@@ -49,8 +50,9 @@ struct em_tensor;
     /* SOFTMAX/LOG_SOFTMAX: in[0] contiguous, i[0]=dim -> out[0].                        \
        *_BWD: in[0]=y (the forward output), in[1]=dy -> out[0]=dx; i[0]=dim */           \
     X(SOFTMAX) X(LOG_SOFTMAX) X(SOFTMAX_BWD) X(LOG_SOFTMAX_BWD)                          \
-    /* GELU_BWD, GELU_TANH_BWD: in[0]=x, in[1]=dy (x's shape) -> out[0]=dy * gelu'(x) */ \
-    X(GELU_BWD) X(GELU_TANH_BWD)                                                         \
+    /* <unary>_BWD (GELU_BWD, ...: unary_ops.h's DERIV rows): in[0]=x, in[1]=dy (x's     \
+       shape, dtype and device) -> out[0]=dy * f'(x) */                                  \
+    EM_UNARY_BWD_NAMES(X)                                                                \
     /* LAYER_NORM: in[0]=x [R,D] contiguous, in[1]=w [D] or NULL, in[2]=b or NULL,       \
        f[0]=eps -> out[0]=y, out[1]=mean, out[2]=rstd [R] (f32; f64 for f64 x).                   \
        LAYER_NORM_BWD: in[0]=dy, in[1]=x, in[2]=mean, in[3]=rstd, in[4]=w or NULL        \

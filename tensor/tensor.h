@@ -289,6 +289,7 @@ em_tensor *em_gelu(em_tensor *a);        /**< erf form, as torch's default */
 em_tensor *em_gelu_tanh(em_tensor *a);   /**< approximate="tanh"          */
 em_tensor *em_sin(em_tensor *a);         /**< sine */
 em_tensor *em_cos(em_tensor *a);         /**< cosine */
+em_tensor *em_silu(em_tensor *a);        /**< a * sigmoid(a), torch's silu (swish) */
 
 em_tensor *em_where(em_tensor *cond, em_tensor *x, em_tensor *y);   /**< cond ? x : y, all three broadcast; cond EM_BOOL, x and y one dtype */
 /** x with value (converted to x's dtype) where mask is true; mask is EM_BOOL

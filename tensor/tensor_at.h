@@ -103,6 +103,7 @@
 #define em_set_float32_matmul_precision(...) EM__AT(em_set_float32_matmul_precision, __VA_ARGS__)
 #define em_set_seed(...) EM__AT(em_set_seed, __VA_ARGS__)
 #define em_sigmoid(...) EM__AT(em_sigmoid, __VA_ARGS__)
+#define em_silu(...) EM__AT(em_silu, __VA_ARGS__)
 #define em_sin(...) EM__AT(em_sin, __VA_ARGS__)
 #define em_size(...) EM__AT(em_size, __VA_ARGS__)
 #define em_softmax(...) EM__AT(em_softmax, __VA_ARGS__)

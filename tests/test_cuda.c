@@ -199,19 +199,11 @@ static int unary(ctx *c, em_tensor **o, un_fn fn, double lo, double hi)
     o[0] = fn(a);
     return 1;
 }
-static int c_neg(ctx *c, em_tensor **o) { return unary(c, o, em_neg, -9, 9); }
-static int c_abs(ctx *c, em_tensor **o) { return unary(c, o, em_abs, -9, 9); }
-static int c_relu(ctx *c, em_tensor **o) { return unary(c, o, em_relu, -9, 9); }
-static int c_exp(ctx *c, em_tensor **o) { return unary(c, o, em_exp, -8, 8); }
-static int c_log(ctx *c, em_tensor **o) { return unary(c, o, em_log, 0.01, 100); }
-static int c_sqrt(ctx *c, em_tensor **o) { return unary(c, o, em_sqrt, 0, 100); }
-static int c_rsqrt(ctx *c, em_tensor **o) { return unary(c, o, em_rsqrt, 0.01, 100); }
-static int c_tanh(ctx *c, em_tensor **o) { return unary(c, o, em_tanh, -5, 5); }
-static int c_sigmoid(ctx *c, em_tensor **o) { return unary(c, o, em_sigmoid, -12, 12); }
-static int c_gelu(ctx *c, em_tensor **o) { return unary(c, o, em_gelu, -6, 6); }
-static int c_gelu_tanh(ctx *c, em_tensor **o) { return unary(c, o, em_gelu_tanh, -6, 6); }
-static int c_sin(ctx *c, em_tensor **o) { return unary(c, o, em_sin, -6, 6); }
-static int c_cos(ctx *c, em_tensor **o) { return unary(c, o, em_cos, -6, 6); }
+/* c_un_<name>: one case per row of tensor/unary_ops.h, over its parity range */
+#define UN_KEEP(...) __VA_ARGS__
+#define UN_CASE_FN(NAME, name, dtypes, cost, f, backward, ref, domain, values, parity) \
+    static int c_un_##name(ctx *c, em_tensor **o) { return unary(c, o, em_##name, UN_KEEP parity); }
+EM_UNARY_OPS(UN_CASE_FN)
 
 static int c_where(ctx *c, em_tensor **o)
 {
@@ -432,16 +424,18 @@ static int softmax_bwd(ctx *c, em_tensor **o, bool log)
 static int c_softmax_bwd(ctx *c, em_tensor **o) { return softmax_bwd(c, o, false); }
 static int c_log_softmax_bwd(ctx *c, em_tensor **o) { return softmax_bwd(c, o, true); }
 
-static int gelu_bwd(ctx *c, em_tensor **o, bool tanh_approx)
+/* the unary _BWD ops (c_bwd_<name>: unary_ops.h's DERIV rows), x over the parity range */
+static int unary_bwd(ctx *c, em_tensor **o, em_op op, double lo, double hi)
 {
     if (c->variant > 1) return 0;
-    em_tensor *x = gen(c, EM_SHAPE(31, 40), -6, 6), *dy = gen(c, EM_SHAPE(31, 40), -1, 1);
-    if (c->variant) x = em_transpose(gen(c, EM_SHAPE(40, 31), -6, 6), 0, 1);
-    o[0] = em__gelu_backward(x, dy, tanh_approx);
+    em_tensor *x = gen(c, EM_SHAPE(31, 40), lo, hi), *dy = gen(c, EM_SHAPE(31, 40), -1, 1);
+    if (c->variant) x = em_transpose(gen(c, EM_SHAPE(40, 31), lo, hi), 0, 1);
+    o[0] = em__unary_backward(op, x, dy);
     return 1;
 }
-static int c_gelu_bwd(ctx *c, em_tensor **o) { return gelu_bwd(c, o, false); }
-static int c_gelu_tanh_bwd(ctx *c, em_tensor **o) { return gelu_bwd(c, o, true); }
+#define BWD_CASE_FN(NAME, name, df, dref, values, parity) \
+    static int c_bwd_##name(ctx *c, em_tensor **o) { return unary_bwd(c, o, EM_OP_##NAME, UN_KEEP parity); }
+EM_UNARY_BWD_OPS(BWD_CASE_FN)
 
 static int c_layer_norm(ctx *c, em_tensor **o)
 {
@@ -653,8 +647,8 @@ static int c_sdpa_bwd(ctx *c, em_tensor **o)
 /* ---- the table ------------------------------------------------------------------------------------------- */
 #define DT(x) (1u << (x))
 #define FLOATS (DT(EM_F32) | DT(EM_F64) | DT(EM_F16) | DT(EM_BF16))
-#define NUMERIC (FLOATS | DT(EM_I64) | DT(EM_I32))
-#define ALL (NUMERIC | DT(EM_BOOL))
+#define NUMS (FLOATS | DT(EM_I64) | DT(EM_I32))
+#define ALL (NUMS | DT(EM_BOOL))
 
 typedef struct row {
     case_fn fn;
@@ -662,37 +656,31 @@ typedef struct row {
     bool exact;
 } row;
 
+/* unary_ops.h's rows: a NUMERIC op is integer-exact arithmetic, so bit for bit */
+#define UN_ROW_NUMERIC(name) {c_un_##name, NUMS, true}
+#define UN_ROW_FLOATING(name) {c_un_##name, FLOATS, false}
+#define UN_ROW(NAME, name, dtypes, ...) [EM_OP_##NAME] = UN_ROW_##dtypes(name),
+#define BWD_ROW(NAME, name, ...) [EM_OP_##NAME##_BWD] = {c_bwd_##name, FLOATS, false},
+
 static const row rows[EM_NUM_OPS] = {
     [EM_OP_FILL] = {c_fill, ALL, true},
-    [EM_OP_ARANGE] = {c_arange, NUMERIC, true},
+    [EM_OP_ARANGE] = {c_arange, NUMS, true},
     [EM_OP_EYE] = {c_eye, ALL, true},
     [EM_OP_COPY] = {c_copy, ALL, true},
-    [EM_OP_ADD] = {c_add, NUMERIC, false},
-    [EM_OP_SUB] = {c_sub, NUMERIC, false},
-    [EM_OP_MUL] = {c_mul, NUMERIC, false},
+    [EM_OP_ADD] = {c_add, NUMS, false},
+    [EM_OP_SUB] = {c_sub, NUMS, false},
+    [EM_OP_MUL] = {c_mul, NUMS, false},
     [EM_OP_DIV] = {c_div, FLOATS, false},
-    [EM_OP_POW] = {c_pow, NUMERIC, false},
-    [EM_OP_MAXIMUM] = {c_maximum, NUMERIC, true},
-    [EM_OP_MINIMUM] = {c_minimum, NUMERIC, true},
+    [EM_OP_POW] = {c_pow, NUMS, false},
+    [EM_OP_MAXIMUM] = {c_maximum, NUMS, true},
+    [EM_OP_MINIMUM] = {c_minimum, NUMS, true},
     [EM_OP_EQ] = {c_eq, ALL, true},
     [EM_OP_NE] = {c_ne, ALL, true},
     [EM_OP_LT] = {c_lt, ALL, true},
     [EM_OP_LE] = {c_le, ALL, true},
     [EM_OP_GT] = {c_gt, ALL, true},
     [EM_OP_GE] = {c_ge, ALL, true},
-    [EM_OP_NEG] = {c_neg, NUMERIC, true},
-    [EM_OP_ABS] = {c_abs, NUMERIC, true},
-    [EM_OP_EXP] = {c_exp, FLOATS, false},
-    [EM_OP_LOG] = {c_log, FLOATS, false},
-    [EM_OP_SQRT] = {c_sqrt, FLOATS, false},
-    [EM_OP_RSQRT] = {c_rsqrt, FLOATS, false},
-    [EM_OP_TANH] = {c_tanh, FLOATS, false},
-    [EM_OP_SIGMOID] = {c_sigmoid, FLOATS, false},
-    [EM_OP_RELU] = {c_relu, NUMERIC, true},
-    [EM_OP_GELU] = {c_gelu, FLOATS, false},
-    [EM_OP_GELU_TANH] = {c_gelu_tanh, FLOATS, false},
-    [EM_OP_SIN] = {c_sin, FLOATS, false},
-    [EM_OP_COS] = {c_cos, FLOATS, false},
+    EM_UNARY_OPS(UN_ROW)   /* tensor/unary_ops.h */
     [EM_OP_WHERE] = {c_where, ALL, true},
     [EM_OP_MASKED_FILL] = {c_masked_fill, ALL, true},
     [EM_OP_SUM] = {c_sum, ALL, false},
@@ -700,16 +688,15 @@ static const row rows[EM_NUM_OPS] = {
     [EM_OP_VAR] = {c_var, FLOATS, false},
     [EM_OP_LOGSUMEXP] = {c_logsumexp, FLOATS, false},
     [EM_OP_NORM] = {c_norm, FLOATS, false},
-    [EM_OP_MAX] = {c_max, NUMERIC, true},
-    [EM_OP_MIN] = {c_min, NUMERIC, true},
-    [EM_OP_ARGMAX] = {c_argmax, NUMERIC, true},
+    [EM_OP_MAX] = {c_max, NUMS, true},
+    [EM_OP_MIN] = {c_min, NUMS, true},
+    [EM_OP_ARGMAX] = {c_argmax, NUMS, true},
     [EM_OP_MATMUL] = {c_matmul, FLOATS, false},
     [EM_OP_SOFTMAX] = {c_softmax, FLOATS, false},
     [EM_OP_LOG_SOFTMAX] = {c_log_softmax, FLOATS, false},
     [EM_OP_SOFTMAX_BWD] = {c_softmax_bwd, FLOATS, false},
     [EM_OP_LOG_SOFTMAX_BWD] = {c_log_softmax_bwd, FLOATS, false},
-    [EM_OP_GELU_BWD] = {c_gelu_bwd, FLOATS, false},
-    [EM_OP_GELU_TANH_BWD] = {c_gelu_tanh_bwd, FLOATS, false},
+    EM_UNARY_BWD_OPS(BWD_ROW)
     [EM_OP_LAYER_NORM] = {c_layer_norm, FLOATS, false},
     [EM_OP_LAYER_NORM_BWD] = {c_layer_norm_bwd, FLOATS, false},
     [EM_OP_EMBEDDING] = {c_embedding, ALL, true},
@@ -720,7 +707,7 @@ static const row rows[EM_NUM_OPS] = {
     [EM_OP_CAT] = {c_cat, ALL, true},
     [EM_OP_INDEX_SELECT] = {c_index_select, ALL, true},
     [EM_OP_GATHER] = {c_gather, ALL, true},
-    [EM_OP_SCATTER_ADD] = {c_scatter_add, NUMERIC, false},
+    [EM_OP_SCATTER_ADD] = {c_scatter_add, NUMS, false},
     [EM_OP_RAND] = {c_rand, FLOATS, true},
     [EM_OP_RANDN] = {c_randn, FLOATS, false},
     [EM_OP_BERNOULLI] = {c_bernoulli, DT(EM_BOOL), true},
@@ -917,7 +904,7 @@ static void step(em_tensor *x, em_tensor *w1, em_tensor *w2)
     em_tensor *h = em_gelu(em_matmul(x, w1));
     em_tensor *y = em_softmax(em_matmul(h, w2), -1);
     em_tensor *l = em_sum(em_log(em_add_scalar(y, 1e-6)), 0, NULL, false);
-    em_tensor *g = em__gelu_backward(h, h, false);
+    em_tensor *g = em__unary_backward(EM_OP_GELU, h, h);
     (void)l;
     (void)g;
     em_scope_end();

@@ -65,18 +65,20 @@ static em_tensor *R_away(int nd, const int64_t *sh, double lo, double hi)
     return grad_leaf(t);
 }
 
-/* A non-contiguous leaf of shape sh: the transpose of a [.., sh[-1], sh[-2]] tensor. */
-static em_tensor *R_t(int nd, const int64_t *sh, double lo, double hi)
+/* A non-contiguous leaf of shape sh: the transpose of a [.., sh[-1], sh[-2]] tensor
+ * (values as R, or as R_away when away). */
+static em_tensor *R_tr(int nd, const int64_t *sh, double lo, double hi, bool away)
 {
     int64_t s[EM_MAX_DIMS];
     memcpy(s, sh, sizeof(int64_t) * (size_t)nd);
     s[nd - 1] = sh[nd - 2], s[nd - 2] = sh[nd - 1];
     em_tensor *base = em_empty(nd, s, EM_F64, EM_CPU);
-    fill(base, gen_uniform, &(range){lo, hi, false});
+    fill(base, gen_uniform, &(range){lo, hi, away});
     em_tensor *t = em_transpose(base, -1, -2);
     ck_assert(!em_is_contiguous(t));
     return grad_leaf(t);
 }
+static em_tensor *R_t(int nd, const int64_t *sh, double lo, double hi) { return R_tr(nd, sh, lo, hi, false); }
 
 /* Distinct values lo + gap*k, k a shuffled 0..n-1: no ties, no kinks. */
 static em_tensor *R_distinct(int nd, const int64_t *sh, double lo, double gap)
@@ -137,19 +139,17 @@ MK(x34, x[0] = R(EM_SHAPE(3, 4), -2, 2))
 MK(x34t, x[0] = R_t(EM_SHAPE(3, 4), -2, 2))
 MK(x34pos, x[0] = R(EM_SHAPE(3, 4), 0.5, 2))
 MK(x34away, x[0] = R_away(EM_SHAPE(3, 4), 0.1, 2))
-F(neg, em_neg(x[0]))
-F(abs, em_abs(x[0]))
-F(exp, em_exp(x[0]))
-F(log, em_log(x[0]))
-F(sqrt, em_sqrt(x[0]))
-F(rsqrt, em_rsqrt(x[0]))
-F(tanh, em_tanh(x[0]))
-F(sigmoid, em_sigmoid(x[0]))
-F(relu, em_relu(x[0]))
-F(gelu, em_gelu(x[0]))
-F(gelu_tanh, em_gelu_tanh(x[0]))
-F(sin, em_sin(x[0]))
-F(cos, em_cos(x[0]))
+/* unary_ops.h: the inputs of each grad domain ([3,4] and a transposed [3,4]), and f_<name> */
+MK(x34post, x[0] = R_t(EM_SHAPE(3, 4), 0.5, 2))
+MK(x34awayt, x[0] = R_tr(EM_SHAPE(3, 4), 0.1, 2, true))
+#define mk_un_ANY mk_x34
+#define mk_un_ANY_t mk_x34t
+#define mk_un_POSITIVE mk_x34pos
+#define mk_un_POSITIVE_t mk_x34post
+#define mk_un_NONZERO mk_x34away
+#define mk_un_NONZERO_t mk_x34awayt
+#define UN_F(NAME, name, ...) F(name, em_##name(x[0]))
+EM_UNARY_OPS(UN_F)
 
 MK(where, x[0] = R(EM_SHAPE(3, 4), -1, 1); x[1] = R(EM_SHAPE(4), -1, 1); x[2] = B(EM_SHAPE(3, 1), VB(1, 0, 1)))
 F(where, em_where(x[2], x[0], x[1]))
@@ -236,6 +236,9 @@ typedef struct gc_case {
 } gc_case;
 
 #define C(OP, label, n, mk, f) {EM_OP_##OP, label, n, mk_##mk, f_##f}
+#define UN_CASES(NAME, name, dtypes, cost, f, backward, ref, domain, ...) \
+    C(NAME, #name ", " #domain " inputs", 1, un_##domain, name),                                  \
+    C(NAME, #name ", " #domain " inputs, a transposed view", 1, un_##domain##_t, name),
 static const gc_case cases[] = {
     C(VIEW, "reshape of a transposed [4,3] (copies), unsqueeze", 1, view_copy, view_copy),
     C(VIEW, "flatten, view, squeeze", 1, view_flat, view_flat),
@@ -254,19 +257,7 @@ static const gc_case cases[] = {
     C(POW, "[2,3] ^ 3", 2, pow_bc, pow_scalar),
     C(MAXIMUM, "maximum [3,4], [4] (no ties)", 2, ext_bc, maximum),
     C(MINIMUM, "minimum [4], [3,4] (no ties)", 2, ext_bc, minimum),
-    C(NEG, "neg", 1, x34t, neg),
-    C(ABS, "abs away from 0", 1, x34away, abs),
-    C(EXP, "exp", 1, x34t, exp),
-    C(LOG, "log of positives", 1, x34pos, log),
-    C(SQRT, "sqrt of positives", 1, x34pos, sqrt),
-    C(RSQRT, "rsqrt of positives", 1, x34pos, rsqrt),
-    C(TANH, "tanh", 1, x34, tanh),
-    C(SIGMOID, "sigmoid", 1, x34t, sigmoid),
-    C(RELU, "relu away from 0", 1, x34away, relu),
-    C(GELU, "gelu", 1, x34, gelu),
-    C(GELU_TANH, "gelu_tanh", 1, x34t, gelu_tanh),
-    C(SIN, "sin", 1, x34, sin),
-    C(COS, "cos", 1, x34t, cos),
+    EM_UNARY_OPS(UN_CASES)   /* two per row of tensor/unary_ops.h */
     C(WHERE, "where([3,1], [3,4], [4])", 3, where, where),
     C(MASKED_FILL, "masked_fill transposed [3,4] with [4]", 2, masked_fill, masked_fill),
     C(SUM, "sum dims (0,2)", 1, x234, sum_dims),
@@ -480,57 +471,73 @@ END_TEST
 
 enum { SB = 2, SH = 2, SS = 3, SD = 4 };   /* attention test sizes */
 
-/* ---- the GELU backward kernels against an f64 reference ---------------------------------------- */
-static double gelu_grad_ref(double x, bool tanh_form)
-{
-    if (!tanh_form) return 0.5 * (1 + erf(x / sqrt(2.0))) + x * exp(-0.5 * x * x) / sqrt(2 * M_PI);
-    double c = sqrt(2 / M_PI), th = tanh(c * (x + 0.044715 * x * x * x));
-    return 0.5 * (1 + th) + 0.5 * x * (1 - th * th) * c * (1 + 3 * 0.044715 * x * x);
-}
+/* ---- the unary _BWD kernels against their f64 reference derivative ------------------------------ */
+typedef struct bwd_case {
+    em_op op;
+    const char *name;
+    double (*dref)(double x);
+    double lo, hi;
+} bwd_case;
+#define BWD_DREF(NAME, name, df, dref, ...) static double dref_##name(double x) { return dref; }
+#define BWD_CASE(NAME, name, df, dref, values, parity) {EM_OP_##NAME, #name, dref_##name, BWD_KEEP values},
+#define BWD_KEEP(...) __VA_ARGS__
+EM_UNARY_BWD_OPS(BWD_DREF)
+static const bwd_case bwd_cases[] = {EM_UNARY_BWD_OPS(BWD_CASE)};
+#define N_BWD_CASES (int)(sizeof bwd_cases / sizeof *bwd_cases)
 
 static const em_dtype grad_dtypes[] = {EM_F32, EM_F64, EM_F16, EM_BF16};
 
-/* _i: dtype (low 2 bits), erf/tanh form, contiguous/transposed */
-START_TEST(gelu_backward_kernels_match_reference)
+/* _i: dtype (low 2 bits), contiguous/transposed x (bit 2), the case (the rest); x
+ * over the row's value range and a few special values */
+START_TEST(unary_backward_kernels_match_reference)
 {
     em_dtype dt = grad_dtypes[_i & 3];
-    bool tanh_form = _i >> 2 & 1, transposed = _i >> 3 & 1;
+    bool transposed = _i >> 2 & 1;
+    const bwd_case *bc = &bwd_cases[_i >> 3];
     double rtol = dt == EM_F64 ? 1e-12 : dt == EM_F32 ? 2e-6 : dt == EM_F16 ? 2e-3 : 1.6e-2;
     double atol = dt == EM_F64 ? 1e-14 : dt == EM_F32 ? 1e-6 : 1e-3;
     EM_SCOPE {
         int64_t r = 64, c = 300;   /* 19200 elements: several threads */
-        em_tensor *x = tu_rand_tensor(EM_SHAPE(transposed ? c : r, transposed ? r : c), dt, -6, 6, 3 + _i, NULL);
+        em_tensor *x = tu_rand_tensor(EM_SHAPE(transposed ? c : r, transposed ? r : c), dt, bc->lo, bc->hi, 3 + _i, NULL);
         em_tensor *dy = tu_rand_tensor(EM_SHAPE(r, c), dt, -2, 2, 50 + _i, NULL);
         if (transposed) x = em_transpose(x, 0, 1);
         const double special[] = {0.0, -0.0, 1e-30, -1e-30, 1e-7, 10, -10, 20, -20, 0.5};
         for (int64_t j = 0; j < 10; j++) em_set(x, (int64_t[]){1, j}, special[j]);
-        em_tensor *dx = em__gelu_backward(x, dy, tanh_form);
+        em_tensor *dx = em__unary_backward(bc->op, x, dy);
         ck_assert_int_eq(dx->dtype, dt);
         double *xv = tu_to_doubles(x), *gv = tu_to_doubles(dy), *got = tu_to_doubles(dx);
         double *ref = malloc(sizeof(double) * (size_t)(r * c));
-        for (int64_t e = 0; e < r * c; e++) ref[e] = gv[e] * gelu_grad_ref(xv[e], tanh_form);
+        for (int64_t e = 0; e < r * c; e++) ref[e] = gv[e] * bc->dref(xv[e]);
         double ratio = tu_close_ratio(got, ref, r * c, rtol, atol);
-        ck_assert_msg(ratio <= 1.0, "%s %s%s: not close, ratio %g", em_dtype_name(dt), tanh_form ? "gelu_tanh" : "gelu",
+        ck_assert_msg(ratio <= 1.0, "%s %s_backward%s: not close, ratio %g", em_dtype_name(dt), bc->name,
                       transposed ? " (transposed x)" : "", ratio);
         free(xv), free(gv), free(got), free(ref);
         /* empty tensors are fine */
         em_tensor *ex = em_empty(EM_SHAPE(0, 5), dt, EM_CPU);
-        ck_assert_int_eq(em_numel(em__gelu_backward(ex, ex, tanh_form)), 0);
+        ck_assert_int_eq(em_numel(em__unary_backward(bc->op, ex, ex)), 0);
     }
 }
 END_TEST
 
-START_TEST(gelu_backward_rejects_mixed_dtypes)
+START_TEST(unary_backward_rejects_mixed_dtypes)
 {
-    tu_expect_misuse("share a floating-point dtype");
-    em__gelu_backward(em_zeros(EM_SHAPE(3), EM_F32, EM_CPU), em_zeros(EM_SHAPE(3), EM_F64, EM_CPU), false);
+    tu_expect_misuse("em_gelu_backward: x and dy must share a floating-point dtype");
+    em__unary_backward(EM_OP_GELU, em_zeros(EM_SHAPE(3), EM_F32, EM_CPU), em_zeros(EM_SHAPE(3), EM_F64, EM_CPU));
 }
 END_TEST
 
-START_TEST(gelu_backward_rejects_shape_mismatch)
+START_TEST(unary_backward_rejects_shape_mismatch)
 {
-    tu_expect_misuse("x [2,3] and dy [3,2] differ in shape");
-    em__gelu_backward(em_zeros(EM_SHAPE(2, 3), EM_F32, EM_CPU), em_zeros(EM_SHAPE(3, 2), EM_F32, EM_CPU), true);
+    tu_expect_misuse("em_gelu_tanh_backward: x [2,3] and dy [3,2] differ in shape");
+    em__unary_backward(EM_OP_GELU_TANH, em_zeros(EM_SHAPE(2, 3), EM_F32, EM_CPU),
+                       em_zeros(EM_SHAPE(3, 2), EM_F32, EM_CPU));
+}
+END_TEST
+
+START_TEST(unary_backward_rejects_an_op_without_a_kernel)
+{
+    tu_expect_misuse("em__unary_backward: exp has no _BWD kernel");
+    em__unary_backward(EM_OP_EXP, em_zeros(EM_SHAPE(3), EM_F32, EM_CPU), em_zeros(EM_SHAPE(3), EM_F32, EM_CPU));
 }
 END_TEST
 
@@ -723,11 +730,12 @@ int main(void)
     tcase_add_test(tc, sdpa_forward_matches_loops);
     tcase_add_test(tc, sdpa_gradcheck_with_padding_mask_and_dropout);
     tcase_add_test(tc, sdpa_fused_cpu_matches_composed_with_dropout);
-    tcase_add_loop_test(tc, gelu_backward_kernels_match_reference, 0, 16);
+    tcase_add_loop_test(tc, unary_backward_kernels_match_reference, 0, 8 * N_BWD_CASES);
     suite_add_tcase(s, tc);
     TCase *tm = tcase_create("misuse");
-    tu_add_misuse_test(tm, gelu_backward_rejects_mixed_dtypes);
-    tu_add_misuse_test(tm, gelu_backward_rejects_shape_mismatch);
+    tu_add_misuse_test(tm, unary_backward_rejects_mixed_dtypes);
+    tu_add_misuse_test(tm, unary_backward_rejects_shape_mismatch);
+    tu_add_misuse_test(tm, unary_backward_rejects_an_op_without_a_kernel);
     tu_add_misuse_test(tm, sdpa_rejects_bad_mask);
     suite_add_tcase(s, tm);
     return tu_run_suite(s);

@@ -1,6 +1,7 @@
 /* ember — CPU elementwise kernels: creation (FILL, ARANGE, EYE), COPY, binary
- * arithmetic, comparisons, unary math, WHERE and MASKED_FILL (contracts in
- * tensor/ops.h; the op functions in op_elementwise.c/op_create.c validate).
+ * arithmetic, comparisons, unary math and its _BWD kernels (generated from
+ * tensor/unary_ops.h), WHERE and MASKED_FILL (contracts in tensor/ops.h; the
+ * op functions in op_elementwise.c/op_create.c/op_grad.c validate).
  *
  * Every kernel runs through em__iter_run (iter.h), which hands an inner loop
  * one row at a time with byte strides. The loops below specialise the row for
@@ -347,7 +348,9 @@ DEF_CMP(le, <=)
 DEF_CMP(gt, >)
 DEF_CMP(ge, >=)
 
-/* ---- unary loops ------------------------------------------------------------------ */
+/* ---- unary loops: one per row of tensor/unary_ops.h ------------------------------------
+ * UN_BODY: the row loop for out = EXPR(x); in the list's expressions C names the
+ * compute type (the loop's T). */
 #define UN_BODY(T, EXPR)                                                          \
     if (s[0] == sizeof(T) && s[1] == sizeof(T)) {                                 \
         T *o = (T *)p[0];                                                         \
@@ -362,9 +365,24 @@ DEF_CMP(ge, >=)
             *(T *)(p[0] + i * s[0]) = (EXPR);                                     \
         }                                                                         \
     }
-#define DEF_UN(NAME, T, EXPR) \
-    static void NAME(char **p, const int64_t *s, int64_t n, void *ctx) { (void)ctx; UN_BODY(T, EXPR) }
+#define DEF_UN(NAME, T, EXPR)                                                     \
+    static void NAME(char **p, const int64_t *s, int64_t n, void *ctx)            \
+    {                                                                             \
+        typedef T C __attribute__((unused));                                      \
+        (void)ctx;                                                                \
+        UN_BODY(T, EXPR)                                                          \
+    }
+/* dx = dy * f'(x): p[0] = dx, p[1] = x, p[2] = dy (BIN_BODY's x and y) */
+#define DEF_BWD(NAME, T, DF)                                                      \
+    static void NAME(char **p, const int64_t *s, int64_t n, void *ctx)            \
+    {                                                                             \
+        typedef T C __attribute__((unused));                                      \
+        (void)ctx;                                                                \
+        BIN_BODY(T, T, y * (DF))                                                  \
+    }
 
+/* The m_* functions of the list's expressions, chosen by the argument's type:
+ * f32 takes vmath.h's vectorizing forms where there is one, f64 libm. */
 static inline double sigmoid_d(double x)
 {
     double e = exp(-fabs(x));
@@ -377,24 +395,73 @@ static inline double gelu_tanh_d(double x)
     return 0.5 * x * (1 + tanh(u));
 }
 
-DEF_UN(neg_f32, float, -x)            DEF_UN(neg_f64, double, -x)
-DEF_UN(neg_i64, int64_t, (int64_t)(0 - (uint64_t)x))
-DEF_UN(neg_i32, int32_t, (int32_t)(0 - (uint32_t)x))
-DEF_UN(abs_f32, float, fabsf(x))      DEF_UN(abs_f64, double, fabs(x))
-DEF_UN(abs_i64, int64_t, x < 0 ? (int64_t)(0 - (uint64_t)x) : x)
-DEF_UN(abs_i32, int32_t, x < 0 ? (int32_t)(0 - (uint32_t)x) : x)
-DEF_UN(relu_f32, float, x <= 0 ? 0.0f : x)   DEF_UN(relu_f64, double, x <= 0 ? 0.0 : x)
-DEF_UN(relu_i64, int64_t, x < 0 ? 0 : x)     DEF_UN(relu_i32, int32_t, x < 0 ? 0 : x)
-DEF_UN(exp_f32, float, em__expf(x))          DEF_UN(exp_f64, double, exp(x))
-DEF_UN(log_f32, float, logf(x))              DEF_UN(log_f64, double, log(x))
-DEF_UN(sqrt_f32, float, sqrtf(x))            DEF_UN(sqrt_f64, double, sqrt(x))
-DEF_UN(rsqrt_f32, float, 1.0f / sqrtf(x))    DEF_UN(rsqrt_f64, double, 1.0 / sqrt(x))
-DEF_UN(tanh_f32, float, em__tanhf(x))        DEF_UN(tanh_f64, double, tanh(x))
-DEF_UN(sigmoid_f32, float, em__sigmoidf(x))  DEF_UN(sigmoid_f64, double, sigmoid_d(x))
-DEF_UN(gelu_f32, float, em__gelu_erff(x))    DEF_UN(gelu_f64, double, gelu_d(x))
-DEF_UN(gelu_tanh_f32, float, em__gelu_tanhf(x)) DEF_UN(gelu_tanh_f64, double, gelu_tanh_d(x))
-DEF_UN(sin_f32, float, sinf(x))              DEF_UN(sin_f64, double, sin(x))
-DEF_UN(cos_f32, float, cosf(x))              DEF_UN(cos_f64, double, cos(x))
+/* gelu'(x), erf form: Phi(x) + x phi(x). In f32, Phi(x) comes from
+ * em__gelu_erff(x) / x, which keeps the forward kernel's accuracy (5e-7
+ * relative) and vectorizes; near 0 (where the quotient is inexact or 0/0) Phi
+ * is 1/2 to far below f32 resolution. */
+#define GELU_A 0.044715
+#define SQRT_2_OVER_PI 0.79788456080286535588
+#define INV_SQRT_2PI 0.39894228040143267794
+static inline __attribute__((always_inline)) float gelu_grad_f32(float x)
+{
+    float phi_cdf = fabsf(x) < 1e-20f ? 0.5f : em__gelu_erff(x) / x;
+    float pdf = (float)INV_SQRT_2PI * em__expf(-0.5f * x * x);
+    return phi_cdf + x * pdf;
+}
+static inline double gelu_grad_f64(double x)
+{
+    return 0.5 * erfc(-x * 0.70710678118654752440) + x * INV_SQRT_2PI * exp(-0.5 * x * x);
+}
+
+/* gelu'(x), tanh form: gelu(x) = x/2 (1 + tanh(u)), u = c (x + a x^3), so
+ * gelu'(x) = (1 + t)/2 + x/2 (1 - t^2) u', t = tanh(u), u' = c (1 + 3 a x^2).
+ * In f32, with s = sigmoid(2u): (1 + t)/2 = s and (1 - t^2)/4 = s sigmoid(-2u),
+ * so gelu'(x) = s + 2 x s sigmoid(-2u) u'; both sigmoids are accurate in their
+ * tails, where 1 - t*t would cancel. */
+static inline float gelu_tanh_grad_f32(float x)
+{
+    float x2 = x * x;
+    float u2 = 2.0f * (float)SQRT_2_OVER_PI * EM__FMAF((float)GELU_A * x, x2, x);
+    float du = (float)SQRT_2_OVER_PI * EM__FMAF(3.0f * (float)GELU_A, x2, 1.0f);
+    float s = em__sigmoidf(u2), sm = em__sigmoidf(-u2);
+    return EM__FMAF(2.0f * x * s, sm * du, s);
+}
+static inline double gelu_tanh_grad_f64(double x)
+{
+    double x2 = x * x, t = tanh(SQRT_2_OVER_PI * (x + GELU_A * x * x2));
+    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * SQRT_2_OVER_PI * (1.0 + 3.0 * GELU_A * x2);
+}
+
+/* Negation and |x|; integers wrap (two's complement), as torch. */
+static inline float neg_f(float x) { return -x; }
+static inline double neg_d(double x) { return -x; }
+static inline int64_t neg_l(int64_t x) { return (int64_t)(0 - (uint64_t)x); }
+static inline int32_t neg_i(int32_t x) { return (int32_t)(0 - (uint32_t)x); }
+static inline int64_t abs_l(int64_t x) { return x < 0 ? neg_l(x) : x; }
+static inline int32_t abs_i(int32_t x) { return x < 0 ? neg_i(x) : x; }
+
+#define m_neg(x) _Generic((x), float: neg_f, double: neg_d, int64_t: neg_l, int32_t: neg_i)(x)
+#define m_abs(x) _Generic((x), float: fabsf, double: fabs, int64_t: abs_l, int32_t: abs_i)(x)
+#define m_exp(x) _Generic((x), float: em__expf, double: exp)(x)
+#define m_log(x) _Generic((x), float: logf, double: log)(x)
+#define m_sqrt(x) _Generic((x), float: sqrtf, double: sqrt)(x)
+#define m_tanh(x) _Generic((x), float: em__tanhf, double: tanh)(x)
+#define m_sin(x) _Generic((x), float: sinf, double: sin)(x)
+#define m_cos(x) _Generic((x), float: cosf, double: cos)(x)
+#define m_sigmoid(x) _Generic((x), float: em__sigmoidf, double: sigmoid_d)(x)
+#define m_gelu(x) _Generic((x), float: em__gelu_erff, double: gelu_d)(x)
+#define m_gelu_tanh(x) _Generic((x), float: em__gelu_tanhf, double: gelu_tanh_d)(x)
+#define m_gelu_grad(x) _Generic((x), float: gelu_grad_f32, double: gelu_grad_f64)(x)
+#define m_gelu_tanh_grad(x) _Generic((x), float: gelu_tanh_grad_f32, double: gelu_tanh_grad_f64)(x)
+
+/* un_<name>_f32/_f64 (and _i64/_i32 for NUMERIC), bwd_<name>_f32/_f64 */
+#define UN_LOOPS_FLOATING(name, f) DEF_UN(un_##name##_f32, float, f) DEF_UN(un_##name##_f64, double, f)
+#define UN_LOOPS_NUMERIC(name, f) \
+    UN_LOOPS_FLOATING(name, f) DEF_UN(un_##name##_i64, int64_t, f) DEF_UN(un_##name##_i32, int32_t, f)
+#define UN_LOOPS(NAME, name, dtypes, cost, f, ...) UN_LOOPS_##dtypes(name, f)
+#define BWD_LOOPS(NAME, name, df, ...) DEF_BWD(bwd_##name##_f32, float, df) DEF_BWD(bwd_##name##_f64, double, df)
+EM_UNARY_OPS(UN_LOOPS)
+EM_UNARY_BWD_OPS(BWD_LOOPS)
 
 /* ---- the op -> loop tables ---------------------------------------------------------
  * f16/bf16 use the EM_F32 entry (see run()); an empty slot is a dtype the op
@@ -403,6 +470,10 @@ DEF_UN(cos_f32, float, cosf(x))              DEF_UN(cos_f64, double, cos(x))
 #define CMP_ROW(name) \
     {[EM_F32] = name##_f32, [EM_F64] = name##_f64, [EM_I64] = name##_i64, [EM_I32] = name##_i32, [EM_BOOL] = name##_u8}
 #define FLOAT_ROW(name) {[EM_F32] = name##_f32, [EM_F64] = name##_f64}
+#define UN_ROW_FLOATING(name) FLOAT_ROW(un_##name)
+#define UN_ROW_NUMERIC(name) ARITH_ROW(un_##name)
+#define UN_ROW(NAME, name, dtypes, ...) [EM_OP_##NAME] = UN_ROW_##dtypes(name),
+#define BWD_ROW(NAME, name, ...) [EM_OP_##NAME##_BWD] = FLOAT_ROW(bwd_##name),
 
 static const em_iter_fn loops[EM_NUM_OPS][EM_NUM_DTYPES] = {
     [EM_OP_ADD] = ARITH_ROW(add), [EM_OP_SUB] = ARITH_ROW(sub), [EM_OP_MUL] = ARITH_ROW(mul),
@@ -410,24 +481,17 @@ static const em_iter_fn loops[EM_NUM_OPS][EM_NUM_DTYPES] = {
     [EM_OP_MAXIMUM] = ARITH_ROW(max), [EM_OP_MINIMUM] = ARITH_ROW(min),
     [EM_OP_EQ] = CMP_ROW(eq), [EM_OP_NE] = CMP_ROW(ne), [EM_OP_LT] = CMP_ROW(lt),
     [EM_OP_LE] = CMP_ROW(le), [EM_OP_GT] = CMP_ROW(gt), [EM_OP_GE] = CMP_ROW(ge),
-    [EM_OP_NEG] = ARITH_ROW(neg), [EM_OP_ABS] = ARITH_ROW(abs), [EM_OP_RELU] = ARITH_ROW(relu),
-    [EM_OP_EXP] = FLOAT_ROW(exp), [EM_OP_LOG] = FLOAT_ROW(log), [EM_OP_SQRT] = FLOAT_ROW(sqrt),
-    [EM_OP_RSQRT] = FLOAT_ROW(rsqrt), [EM_OP_TANH] = FLOAT_ROW(tanh), [EM_OP_SIGMOID] = FLOAT_ROW(sigmoid),
-    [EM_OP_GELU] = FLOAT_ROW(gelu), [EM_OP_GELU_TANH] = FLOAT_ROW(gelu_tanh),
-    [EM_OP_SIN] = FLOAT_ROW(sin), [EM_OP_COS] = FLOAT_ROW(cos),
+    EM_UNARY_OPS(UN_ROW)
+    EM_UNARY_BWD_OPS(BWD_ROW)
 };
 
-/* Ops whose element costs tens of cycles get a smaller grain (more threads sooner). */
-static int64_t grain_of(em_op op)
-{
-    switch (op) {
-    case EM_OP_POW: case EM_OP_EXP: case EM_OP_LOG: case EM_OP_TANH: case EM_OP_SIGMOID:
-    case EM_OP_GELU: case EM_OP_GELU_TANH: case EM_OP_SIN: case EM_OP_COS:
-        return EM_ITER_GRAIN_HEAVY;
-    default:
-        return EM_ITER_GRAIN;
-    }
-}
+/* Ops whose element costs tens of cycles get a smaller grain (more threads
+ * sooner): pow, the unary ops marked HEAVY, and every unary _BWD. */
+#define HEAVY_IS_HEAVY true
+#define HEAVY_IS_LIGHT false
+#define HEAVY_ROW(NAME, name, dtypes, cost, ...) [EM_OP_##NAME] = HEAVY_IS_##cost,
+#define HEAVY_BWD_ROW(NAME, ...) [EM_OP_##NAME##_BWD] = true,
+static const bool heavy[EM_NUM_OPS] = {[EM_OP_POW] = true, EM_UNARY_OPS(HEAVY_ROW) EM_UNARY_BWD_OPS(HEAVY_BWD_ROW)};
 
 /* Binary, compare and unary kernels: out[0] then the inputs, looked up by the
  * first input's dtype. */
@@ -438,18 +502,28 @@ static int run_table(const em_kargs *k, int nin)
     if (!fn)
         return em__fail(EM_ERR_UNSUPPORTED, "cpu: %s does not take %s", em_op_table[k->op].name, em_dtype_name(dt));
     em_tensor *ts[3] = {k->out[0], k->in[0], nin > 1 ? k->in[1] : NULL};
-    run(1 + nin, ts, fn, NULL, grain_of(k->op));
+    run(1 + nin, ts, fn, NULL, heavy[k->op] ? EM_ITER_GRAIN_HEAVY : EM_ITER_GRAIN);
     return EM_OK;
 }
 
+/* The unary _BWD kernels: dx, x and dy share one dtype (the front-end checks). */
+static int run_bwd(const em_kargs *k)
+{
+    em_dtype dt = k->out[0]->dtype, xt = k->in[0]->dtype, gt = k->in[1]->dtype;
+    if (xt != dt || gt != dt)
+        return em__fail(EM_ERR_UNSUPPORTED, "cpu: %s: operands differ in dtype (%s, %s, %s)", em_op_table[k->op].name,
+                        em_dtype_name(dt), em_dtype_name(xt), em_dtype_name(gt));
+    return run_table(k, 2);
+}
+
 #define BINARY_KERNEL(OP) int em_cpu_##OP(const em_kargs *k) { return run_table(k, 2); }
-#define UNARY_KERNEL(OP) int em_cpu_##OP(const em_kargs *k) { return run_table(k, 1); }
+#define UNARY_KERNEL(OP, ...) int em_cpu_##OP(const em_kargs *k) { return run_table(k, 1); }
+#define UNARY_BWD_KERNEL(OP, ...) int em_cpu_##OP##_BWD(const em_kargs *k) { return run_bwd(k); }
 BINARY_KERNEL(ADD) BINARY_KERNEL(SUB) BINARY_KERNEL(MUL) BINARY_KERNEL(DIV) BINARY_KERNEL(POW)
 BINARY_KERNEL(MAXIMUM) BINARY_KERNEL(MINIMUM)
 BINARY_KERNEL(EQ) BINARY_KERNEL(NE) BINARY_KERNEL(LT) BINARY_KERNEL(LE) BINARY_KERNEL(GT) BINARY_KERNEL(GE)
-UNARY_KERNEL(NEG) UNARY_KERNEL(ABS) UNARY_KERNEL(EXP) UNARY_KERNEL(LOG) UNARY_KERNEL(SQRT)
-UNARY_KERNEL(RSQRT) UNARY_KERNEL(TANH) UNARY_KERNEL(SIGMOID) UNARY_KERNEL(RELU) UNARY_KERNEL(GELU)
-UNARY_KERNEL(GELU_TANH) UNARY_KERNEL(SIN) UNARY_KERNEL(COS)
+EM_UNARY_OPS(UNARY_KERNEL)
+EM_UNARY_BWD_OPS(UNARY_BWD_KERNEL)
 
 /* ---- WHERE and MASKED_FILL: they only move bytes, so any dtype by its size ---------- */
 

@@ -1,8 +1,8 @@
 /* ember — CUDA elementwise kernels: FILL ARANGE EYE, COPY, binary arithmetic
- * and comparisons (inputs broadcast to the output by the kernel), unary
- * math, WHERE, MASKED_FILL, GELU_BWD and GELU_TANH_BWD (contracts in
- * tensor/ops.h; semantics as the CPU kernels in tensor/cpu/k_elementwise.c
- * and k_grad.c).
+ * and comparisons (inputs broadcast to the output by the kernel), the unary
+ * ops and their _BWD kernels (generated from tensor/unary_ops.h), WHERE and
+ * MASKED_FILL (contracts in tensor/ops.h; semantics as the CPU kernels in
+ * tensor/cpu/k_elementwise.c).
  *
  * f16/bf16 compute in f32 and round once (nearest even); f64 computes in
  * f64; integers wrap (two's complement) as torch; max/min propagate NaN;
@@ -40,6 +40,48 @@ template <class C> __device__ inline C m_sigmoid(C x)
     return x >= 0 ? (C)1 / ((C)1 + e) : e / ((C)1 + e);
 }
 
+template <class C> constexpr bool is_int = std::is_integral<C>::value;
+template <class C> using U = typename std::make_unsigned<C>::type;
+
+/* integers wrap (two's complement), as torch */
+template <class C> __device__ inline C m_neg(C x)
+{
+    if constexpr (is_int<C>) return (C)(0 - (U<C>)x);
+    else return -x;
+}
+__device__ inline int64_t m_abs(int64_t x) { return x < 0 ? m_neg(x) : x; }
+__device__ inline int32_t m_abs(int32_t x) { return x < 0 ? m_neg(x) : x; }
+template <class C> __device__ inline C m_gelu(C x) { return (C)0.5 * x * m_erfc(-x * (C)0.70710678118654752440); }
+template <class C> __device__ inline C m_gelu_tanh(C x)
+{
+    C u = (C)0.79788456080286535588 * (x + (C)0.044715 * x * x * x);
+    return (C)0.5 * x * ((C)1 + m_tanh(u));
+}
+
+/* gelu'(x) (tensor/cpu/k_elementwise.c's formulas) */
+__device__ inline float m_gelu_grad(float x)
+{
+    float pdf = 0.39894228040143267794f * expf(-0.5f * x * x);
+    return 0.5f * erfcf(-x * 0.70710678118654752440f) + x * pdf;
+}
+__device__ inline double m_gelu_grad(double x)
+{
+    return 0.5 * erfc(-x * 0.70710678118654752440) + x * 0.39894228040143267794 * exp(-0.5 * x * x);
+}
+__device__ inline float m_gelu_tanh_grad(float x)
+{
+    float x2 = x * x;
+    float u2 = 2.0f * 0.79788456080286535588f * fmaf(0.044715f * x, x2, x);
+    float du = 0.79788456080286535588f * fmaf(3.0f * 0.044715f, x2, 1.0f);
+    float s = m_sigmoid(u2), sm = m_sigmoid(-u2);
+    return fmaf(2.0f * x * s, sm * du, s);
+}
+__device__ inline double m_gelu_tanh_grad(double x)
+{
+    double x2 = x * x, t = tanh(0.79788456080286535588 * (x + 0.044715 * x * x2));
+    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * 0.79788456080286535588 * (1.0 + 3.0 * 0.044715 * x2);
+}
+
 /* Integer power by squaring, wrapping; negative exponents as the CPU's ipow. */
 __device__ inline int64_t ipow(int64_t x, int64_t y)
 {
@@ -52,9 +94,6 @@ __device__ inline int64_t ipow(int64_t x, int64_t y)
     }
     return (int64_t)r;
 }
-
-template <class C> constexpr bool is_int = std::is_integral<C>::value;
-template <class C> using U = typename std::make_unsigned<C>::type;
 
 struct KAdd { template <class C> __device__ static C f(C x, C y) { if constexpr (is_int<C>) return (C)((U<C>)x + (U<C>)y); else return x + y; } };
 struct KSub { template <class C> __device__ static C f(C x, C y) { if constexpr (is_int<C>) return (C)((U<C>)x - (U<C>)y); else return x - y; } };
@@ -151,26 +190,10 @@ template <class T> em_status pow_t(const em_kargs *k)
     return run_binary<T, T>(s, o, a, b, Bin<T, T, KPow>{});
 }
 
-/* ---- unary ----------------------------------------------------------------------------- */
-struct UNeg { template <class C> __device__ static C f(C x) { if constexpr (is_int<C>) return (C)(0 - (U<C>)x); else return -x; } };
-struct UAbs { template <class C> __device__ static C f(C x) { if constexpr (is_int<C>) return x < 0 ? (C)(0 - (U<C>)x) : x; else return m_abs(x); } };
-struct URelu { template <class C> __device__ static C f(C x) { if constexpr (is_int<C>) return x < 0 ? (C)0 : x; else return x <= 0 ? (C)0 : x; } };
-struct UExp { template <class C> __device__ static C f(C x) { return m_exp(x); } };
-struct ULog { template <class C> __device__ static C f(C x) { return m_log(x); } };
-struct USqrt { template <class C> __device__ static C f(C x) { return m_sqrt(x); } };
-struct URsqrt { template <class C> __device__ static C f(C x) { return (C)1 / m_sqrt(x); } };
-struct UTanh { template <class C> __device__ static C f(C x) { return m_tanh(x); } };
-struct USigmoid { template <class C> __device__ static C f(C x) { return m_sigmoid(x); } };
-struct UGelu { template <class C> __device__ static C f(C x) { return (C)0.5 * x * m_erfc(-x * (C)0.70710678118654752440); } };
-struct UGeluTanh {
-    template <class C> __device__ static C f(C x)
-    {
-        C u = (C)0.79788456080286535588 * (x + (C)0.044715 * x * x * x);
-        return (C)0.5 * x * ((C)1 + m_tanh(u));
-    }
-};
-struct USin { template <class C> __device__ static C f(C x) { return m_sin(x); } };
-struct UCos { template <class C> __device__ static C f(C x) { return m_cos(x); } };
+/* ---- unary: one functor per row of tensor/unary_ops.h ---------------------------------- */
+#define UN_FUNCTOR(NAME, name, dtypes, cost, expr, ...) \
+    struct U_##NAME { template <class C> __device__ static C f(C x) { return expr; } };
+EM_UNARY_OPS(UN_FUNCTOR)
 
 template <class T, class K> struct Un {
     __device__ T operator()(T x) const
@@ -204,39 +227,21 @@ template <class K, bool INTS> em_status unary(const em_kargs *k)
     return unsupported(k, dt);
 }
 
-/* ---- GELU backward: dx = dy * gelu'(x) (k_grad.c's formulas) ---------------------------------- */
-__device__ inline float gelu_grad(float x)
-{
-    float pdf = 0.39894228040143267794f * expf(-0.5f * x * x);
-    return 0.5f * erfcf(-x * 0.70710678118654752440f) + x * pdf;
-}
-__device__ inline double gelu_grad(double x)
-{
-    return 0.5 * erfc(-x * 0.70710678118654752440) + x * 0.39894228040143267794 * exp(-0.5 * x * x);
-}
-__device__ inline float gelu_tanh_grad(float x)
-{
-    float x2 = x * x;
-    float u2 = 2.0f * 0.79788456080286535588f * fmaf(0.044715f * x, x2, x);
-    float du = 0.79788456080286535588f * fmaf(3.0f * 0.044715f, x2, 1.0f);
-    float s = m_sigmoid(u2), sm = m_sigmoid(-u2);
-    return fmaf(2.0f * x * s, sm * du, s);
-}
-__device__ inline double gelu_tanh_grad(double x)
-{
-    double x2 = x * x, t = tanh(0.79788456080286535588 * (x + 0.044715 * x * x2));
-    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * 0.79788456080286535588 * (1.0 + 3.0 * 0.044715 * x2);
-}
-template <class T, bool TANH> struct GeluBwd {
+/* ---- the unary _BWD kernels: dx = dy * f'(x) (unary_ops.h's DERIV rows) ---------------------- */
+#define BWD_FUNCTOR(NAME, name, df, ...) \
+    struct D_##NAME { template <class C> __device__ static C f(C x) { return df; } };
+EM_UNARY_BWD_OPS(BWD_FUNCTOR)
+
+template <class T, class K> struct Bwd {
     __device__ T operator()(T x, T g) const
     {
         using C = typename Compute<T>::type;
         C xc = load_c<C>(x);
-        return store_c<T>(load_c<C>(g) * (TANH ? gelu_tanh_grad(xc) : gelu_grad(xc)));
+        return store_c<T>(load_c<C>(g) * K::template f<C>(xc));
     }
 };
 
-template <bool TANH> em_status gelu_bwd(const em_kargs *k)
+template <class K> em_status unary_bwd(const em_kargs *k)
 {
     cudaStream_t s;
     EM_TRY(begin(kdev(k), &s));
@@ -245,10 +250,10 @@ template <bool TANH> em_status gelu_bwd(const em_kargs *k)
         return em__fail(EM_ERR_UNSUPPORTED, "cuda: %s: operands differ in dtype (%s, %s, %s)", em_op_table[k->op].name,
                         em_dtype_name(o.dt), em_dtype_name(x.dt), em_dtype_name(g.dt));
     switch (o.dt) {
-    case EM_F32: return run_binary<float, float>(s, o, x, g, GeluBwd<float, TANH>{});
-    case EM_F64: return run_binary<double, double>(s, o, x, g, GeluBwd<double, TANH>{});
-    case EM_F16: return run_binary<f16_t, f16_t>(s, o, x, g, GeluBwd<f16_t, TANH>{});
-    case EM_BF16: return run_binary<bf16_t, bf16_t>(s, o, x, g, GeluBwd<bf16_t, TANH>{});
+    case EM_F32: return run_binary<float, float>(s, o, x, g, Bwd<float, K>{});
+    case EM_F64: return run_binary<double, double>(s, o, x, g, Bwd<double, K>{});
+    case EM_F16: return run_binary<f16_t, f16_t>(s, o, x, g, Bwd<f16_t, K>{});
+    case EM_BF16: return run_binary<bf16_t, bf16_t>(s, o, x, g, Bwd<bf16_t, K>{});
     default: return unsupported(k, o.dt);
     }
 }
@@ -448,22 +453,13 @@ extern "C" int em_cuda_LE(const em_kargs *k) { return compare<KLe>(k); }
 extern "C" int em_cuda_GT(const em_kargs *k) { return compare<KGt>(k); }
 extern "C" int em_cuda_GE(const em_kargs *k) { return compare<KGe>(k); }
 
-extern "C" int em_cuda_NEG(const em_kargs *k) { return unary<UNeg, true>(k); }
-extern "C" int em_cuda_ABS(const em_kargs *k) { return unary<UAbs, true>(k); }
-extern "C" int em_cuda_RELU(const em_kargs *k) { return unary<URelu, true>(k); }
-extern "C" int em_cuda_EXP(const em_kargs *k) { return unary<UExp, false>(k); }
-extern "C" int em_cuda_LOG(const em_kargs *k) { return unary<ULog, false>(k); }
-extern "C" int em_cuda_SQRT(const em_kargs *k) { return unary<USqrt, false>(k); }
-extern "C" int em_cuda_RSQRT(const em_kargs *k) { return unary<URsqrt, false>(k); }
-extern "C" int em_cuda_TANH(const em_kargs *k) { return unary<UTanh, false>(k); }
-extern "C" int em_cuda_SIGMOID(const em_kargs *k) { return unary<USigmoid, false>(k); }
-extern "C" int em_cuda_GELU(const em_kargs *k) { return unary<UGelu, false>(k); }
-extern "C" int em_cuda_GELU_TANH(const em_kargs *k) { return unary<UGeluTanh, false>(k); }
-extern "C" int em_cuda_SIN(const em_kargs *k) { return unary<USin, false>(k); }
-extern "C" int em_cuda_COS(const em_kargs *k) { return unary<UCos, false>(k); }
-
-extern "C" int em_cuda_GELU_BWD(const em_kargs *k) { return gelu_bwd<false>(k); }
-extern "C" int em_cuda_GELU_TANH_BWD(const em_kargs *k) { return gelu_bwd<true>(k); }
+#define UN_INTS_NUMERIC true
+#define UN_INTS_FLOATING false
+#define UN_ENTRY(NAME, name, dtypes, ...) \
+    extern "C" int em_cuda_##NAME(const em_kargs *k) { return unary<U_##NAME, UN_INTS_##dtypes>(k); }
+#define BWD_ENTRY(NAME, ...) extern "C" int em_cuda_##NAME##_BWD(const em_kargs *k) { return unary_bwd<D_##NAME>(k); }
+EM_UNARY_OPS(UN_ENTRY)
+EM_UNARY_BWD_OPS(BWD_ENTRY)
 
 extern "C" int em_cuda_WHERE(const em_kargs *k)
 {
