@@ -90,6 +90,19 @@ void tu_expect_misuse(const char *expected)
     em_set_misuse_handler(misuse_handler, NULL);
 }
 
+TCase *tu_case(Suite *s, const char *name, double timeout_s)
+{
+    TCase *tc = tcase_create(name);
+    if (timeout_s > 0) tcase_set_timeout(tc, timeout_s);
+    suite_add_tcase(s, tc);
+    return tc;
+}
+
+void tu_add_list(TCase *tc, int signal, const TTest *const *tests)
+{
+    for (; *tests; tests++) tcase_add_test_raise_signal(tc, *tests, signal);
+}
+
 int tu_run_suite(Suite *s)
 {
     SRunner *sr = srunner_create(s);

@@ -37,6 +37,16 @@ void tu_expect_misuse(const char *expected);
 /* Register a test that must end in SIGABRT. */
 #define tu_add_misuse_test(tc, fn) tcase_add_test_raise_signal(tc, fn, 6)
 
+/* Registration, one call per list: tu_case adds the test case `name` to s
+ * (suites run their cases in the order they were added) and returns it;
+ * timeout_s 0 keeps Check's default (CK_DEFAULT_TIMEOUT). tu_add_tests and
+ * tu_add_misuse_tests add the START_TEST names given, in that order: the first
+ * must return, the second must end in SIGABRT (see tu_expect_misuse). */
+TCase *tu_case(Suite *s, const char *name, double timeout_s);
+void tu_add_list(TCase *tc, int signal, const TTest *const *tests);
+#define tu_add_tests(tc, ...) tu_add_list(tc, 0, (const TTest *const[]){__VA_ARGS__, NULL})
+#define tu_add_misuse_tests(tc, ...) tu_add_list(tc, 6, (const TTest *const[]){__VA_ARGS__, NULL})
+
 /* Standard main: runs the suite built by `make_suite`, prints failures, and
  * returns 0 when all pass. */
 int tu_run_suite(Suite *s);

@@ -1155,35 +1155,17 @@ END_TEST
 static Suite *make_suite(void)
 {
     Suite *s = suite_create("accelerator");
-    TCase *tc = tcase_create("core");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, test_accumulation_equals_big_batch);
-    tcase_add_test(tc, test_short_last_window);
-    tcase_add_test(tc, test_sync_pattern_and_scheduler_rule);
-    tcase_add_test(tc, test_fp16_skipped_step_skips_scheduler);
-    tcase_add_test(tc, test_bf16_autocast_region);
-    tcase_add_test(tc, test_clip_grad_norm);
-    tcase_add_test(tc, test_gather_for_metrics_single);
-    tcase_add_test(tc, test_early_break_end_loop);
-    tcase_add_test(tc, test_max_steps_and_free_all);
-    tcase_add_test(tc, test_save_load_bit_identical);
-    tcase_add_test(tc, test_save_load_bit_identical_fp16);
-    tcase_add_test(tc, test_save_state_layout_and_overwrite);
-    tcase_add_test(tc, test_load_state_mismatch);
-    tcase_add_test(tc, test_checkpoint_integrity);
-    tcase_add_test(tc, test_automatic_naming_total_limit);
-    tcase_add_test(tc, test_env_precedence);
-    tcase_add_test(tc, test_no_leak_per_step);
-    tcase_add_test(tc, test_warn_direct_backward_fp16);
-    tcase_add_test(tc, test_warn_forgotten_zero_grad_diverges);
-    tcase_add_test(tc, test_warn_prepare_twice);
-    tcase_add_test(tc, test_warn_mixed_precision_without_autocast);
-    suite_add_tcase(s, tc);
-    TCase *tm = tcase_create("misuse");
-    tu_add_misuse_test(tm, test_misuse_unprepared_optimizer);
-    tu_add_misuse_test(tm, test_misuse_nested_accumulate);
-    tu_add_misuse_test(tm, test_misuse_unprepared_loader);
-    suite_add_tcase(s, tm);
+    tu_add_tests(tu_case(s, "core", 120), test_accumulation_equals_big_batch, test_short_last_window,
+                 test_sync_pattern_and_scheduler_rule, test_fp16_skipped_step_skips_scheduler,
+                 test_bf16_autocast_region, test_clip_grad_norm, test_gather_for_metrics_single,
+                 test_early_break_end_loop, test_max_steps_and_free_all, test_save_load_bit_identical,
+                 test_save_load_bit_identical_fp16, test_save_state_layout_and_overwrite,
+                 test_load_state_mismatch, test_checkpoint_integrity, test_automatic_naming_total_limit,
+                 test_env_precedence, test_no_leak_per_step, test_warn_direct_backward_fp16,
+                 test_warn_forgotten_zero_grad_diverges, test_warn_prepare_twice,
+                 test_warn_mixed_precision_without_autocast);
+    tu_add_misuse_tests(tu_case(s, "misuse", 0), test_misuse_unprepared_optimizer,
+                        test_misuse_nested_accumulate, test_misuse_unprepared_loader);
     return s;
 }
 

@@ -1040,40 +1040,19 @@ END_TEST
 static Suite *make_suite(void)
 {
     Suite *s = suite_create("amp");
-    TCase *tc = tcase_create("scaler");
-    tcase_add_test(tc, scaler_matches_torch);
-    tcase_add_test(tc, scaler_defaults_and_disabled);
-    tcase_add_test(tc, scaler_state_save_load);
-    tcase_add_test(tc, scaler_strided_grads);
-    tcase_add_test(tc, scaler_clip_unscales_first);
-    tcase_add_test(tc, scaler_warns_clip_before_unscale);
-    tcase_add_test(tc, training_skips_injected_steps);
-    tcase_add_test(tc, fp16_training_on_cpu);
-    suite_add_tcase(s, tc);
-    TCase *ta = tcase_create("autocast");
-    tcase_add_test(ta, autocast_policy);
-    tcase_add_test(ta, promotion_gradients);
-    tcase_add_test(ta, weights_cast_once_per_region);
-    tcase_add_test(ta, no_grad_cast_not_reused);
-    tcase_add_test(ta, cache_bounded_and_freed);
-    tcase_add_test(ta, low_precision_matmul_tolerance);
-    tcase_add_test(ta, gemm_bf16_contract);
+    tu_add_tests(tu_case(s, "scaler", 0), scaler_matches_torch, scaler_defaults_and_disabled, scaler_state_save_load,
+                 scaler_strided_grads, scaler_clip_unscales_first, scaler_warns_clip_before_unscale,
+                 training_skips_injected_steps, fp16_training_on_cpu);
+    TCase *ta = tu_case(s, "autocast", 0);
+    tu_add_tests(ta, autocast_policy, promotion_gradients, weights_cast_once_per_region, no_grad_cast_not_reused,
+                 cache_bounded_and_freed, low_precision_matmul_tolerance, gemm_bf16_contract);
     if (!getenv("CK_FORK") || strcmp(getenv("CK_FORK"), "no") != 0)   /* needs a fresh process */
         tcase_add_test(ta, gemm_bf16_contract_without_onednn);
     tcase_add_test(ta, distilbert_bf16_tracks_f32);
-    suite_add_tcase(s, ta);
-    TCase *tm = tcase_create("misuse");
-    tu_add_misuse_test(tm, misuse_unscale_twice);
-    tu_add_misuse_test(tm, misuse_unscale_after_step);
-    tu_add_misuse_test(tm, misuse_step_twice);
-    tu_add_misuse_test(tm, misuse_update_without_checks);
-    tu_add_misuse_test(tm, misuse_step_without_grads);
-    tu_add_misuse_test(tm, misuse_growth_factor);
-    tu_add_misuse_test(tm, misuse_backoff_factor);
-    tu_add_misuse_test(tm, misuse_autocast_dtype);
-    tu_add_misuse_test(tm, misuse_autocast_unbalanced);
-    tu_add_misuse_test(tm, misuse_matmul_mixed_outside);
-    suite_add_tcase(s, tm);
+    tu_add_misuse_tests(tu_case(s, "misuse", 0), misuse_unscale_twice, misuse_unscale_after_step, misuse_step_twice,
+                        misuse_update_without_checks, misuse_step_without_grads, misuse_growth_factor,
+                        misuse_backoff_factor, misuse_autocast_dtype, misuse_autocast_unbalanced,
+                        misuse_matmul_mixed_outside);
     return s;
 }
 

@@ -475,18 +475,9 @@ END_TEST
 static Suite *make_suite(void)
 {
     Suite *s = suite_create("convert");
-    TCase *tc = tcase_create("convert");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, test_dtype_meta);
-    tcase_add_test(tc, test_f16_to_f32_all);
-    tcase_add_test(tc, test_bf16_to_f32_all);
-    tcase_add_test(tc, test_f32_to_f16_rounding);
-    tcase_add_test(tc, test_f32_to_bf16_rounding);
-    tcase_add_test(tc, test_f64_direct_rounding);
-    tcase_add_test(tc, test_bulk_matches_scalar);
-    tcase_add_test(tc, test_all_pairs);
-    tcase_add_test(tc, test_int_semantics);
-    suite_add_tcase(s, tc);
+    tu_add_tests(tu_case(s, "convert", 120), test_dtype_meta, test_f16_to_f32_all, test_bf16_to_f32_all,
+                 test_f32_to_f16_rounding, test_f32_to_bf16_rounding, test_f64_direct_rounding,
+                 test_bulk_matches_scalar, test_all_pairs, test_int_semantics);
     return s;
 }
 

@@ -724,22 +724,14 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("distilbert");
-    TCase *tc = tcase_create("parity");
-    tcase_add_test(tc, seqcls_logits_loss_and_every_gradient_match_hf);
-    tcase_add_test(tc, bert_seqcls_logits_loss_and_every_gradient_match_hf);
-    tcase_add_test(tc, parameter_names_and_count_are_hf_s);
-    tcase_add_test(tc, base_model_from_a_classifier_checkpoint_drops_the_prefix);
-    tcase_add_test(tc, bf16_checkpoint_converts_to_f32);
-    tcase_add_test(tc, mlm_checkpoint_loads_into_the_classifier_with_a_report);
-    tcase_add_test(tc, bert_model_matches_hf_and_loads_into_the_classifier);
-    suite_add_tcase(s, tc);
-    TCase *tk = tcase_create("checkpoints");
-    tcase_add_test(tk, save_pretrained_round_trip_and_config_fields);
-    tcase_add_test(tk, sharded_index_loads_like_the_single_file);
-    tcase_add_test(tk, num_labels_override_needs_ignore_mismatched_sizes);
-    tcase_add_test(tk, bad_folders_return_clear_errors);
-    tcase_add_test(tk, save_into_an_unwritable_place_fails_cleanly);
-    tcase_add_test(tk, out_of_memory_anywhere_in_loading_and_saving);
-    suite_add_tcase(s, tk);
+    tu_add_tests(tu_case(s, "parity", 0), seqcls_logits_loss_and_every_gradient_match_hf,
+                 bert_seqcls_logits_loss_and_every_gradient_match_hf, parameter_names_and_count_are_hf_s,
+                 base_model_from_a_classifier_checkpoint_drops_the_prefix, bf16_checkpoint_converts_to_f32,
+                 mlm_checkpoint_loads_into_the_classifier_with_a_report,
+                 bert_model_matches_hf_and_loads_into_the_classifier);
+    tu_add_tests(tu_case(s, "checkpoints", 0), save_pretrained_round_trip_and_config_fields,
+                 sharded_index_loads_like_the_single_file, num_labels_override_needs_ignore_mismatched_sizes,
+                 bad_folders_return_clear_errors, save_into_an_unwritable_place_fails_cleanly,
+                 out_of_memory_anywhere_in_loading_and_saving);
     return tu_run_suite(s);
 }

@@ -141,13 +141,10 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("fault");
-    TCase *tc = tcase_create("holes");
+    TCase *tc = tu_case(s, "holes", 0);
     tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_add_test(tc, hole1_size_overflow_is_an_error);
-    tcase_add_test(tc, hole2_config_sizes_are_bounded);
-    tcase_add_test(tc, hole4_damaged_weights_are_refused);
-    tcase_add_test(tc, hole5_bad_data_is_refused_with_its_place);
+    tu_add_tests(tc, hole1_size_overflow_is_an_error, hole2_config_sizes_are_bounded, hole4_damaged_weights_are_refused,
+                 hole5_bad_data_is_refused_with_its_place);
     tu_add_misuse_test(tc, hole6_use_after_release_is_named);
-    suite_add_tcase(s, tc);
     return tu_run_suite(s);
 }

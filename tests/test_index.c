@@ -555,33 +555,15 @@ END_TEST
 static Suite *make_suite(void)
 {
     Suite *s = suite_create("index");
-    TCase *tc = tcase_create("forward");
-    tcase_add_test(tc, test_cat_every_dim_and_dtype);
-    tcase_add_test(tc, test_cat_empty_inputs);
-    tcase_add_test(tc, test_stack_every_dim);
-    tcase_add_test(tc, test_index_select);
-    tcase_add_test(tc, test_gather);
-    tcase_add_test(tc, test_scatter_add);
-    suite_add_tcase(s, tc);
-    TCase *tm = tcase_create("misuse");
-    tu_add_misuse_test(tm, misuse_cat_shape_mismatch);
-    tu_add_misuse_test(tm, misuse_cat_ndim_mismatch);
-    tu_add_misuse_test(tm, misuse_cat_dtype_mismatch);
-    tu_add_misuse_test(tm, misuse_cat_bad_dim);
-    tu_add_misuse_test(tm, misuse_cat_no_tensors);
-    tu_add_misuse_test(tm, misuse_stack_unequal);
-    tu_add_misuse_test(tm, misuse_stack_bad_dim);
-    tu_add_misuse_test(tm, misuse_index_select_out_of_range);
-    tu_add_misuse_test(tm, misuse_index_select_negative);
-    tu_add_misuse_test(tm, misuse_index_select_float_index);
-    tu_add_misuse_test(tm, misuse_index_select_2d_index);
-    tu_add_misuse_test(tm, misuse_gather_out_of_range);
-    tu_add_misuse_test(tm, misuse_gather_ndim);
-    tu_add_misuse_test(tm, misuse_gather_index_too_big);
-    tu_add_misuse_test(tm, misuse_scatter_add_out_of_range);
-    tu_add_misuse_test(tm, misuse_scatter_add_src_too_small);
-    tu_add_misuse_test(tm, misuse_scatter_add_dtype);
-    suite_add_tcase(s, tm);
+    tu_add_tests(tu_case(s, "forward", 0), test_cat_every_dim_and_dtype, test_cat_empty_inputs,
+                 test_stack_every_dim, test_index_select, test_gather, test_scatter_add);
+    tu_add_misuse_tests(tu_case(s, "misuse", 0), misuse_cat_shape_mismatch, misuse_cat_ndim_mismatch,
+                        misuse_cat_dtype_mismatch, misuse_cat_bad_dim, misuse_cat_no_tensors,
+                        misuse_stack_unequal, misuse_stack_bad_dim, misuse_index_select_out_of_range,
+                        misuse_index_select_negative, misuse_index_select_float_index,
+                        misuse_index_select_2d_index, misuse_gather_out_of_range, misuse_gather_ndim,
+                        misuse_gather_index_too_big, misuse_scatter_add_out_of_range,
+                        misuse_scatter_add_src_too_small, misuse_scatter_add_dtype);
     return s;
 }
 

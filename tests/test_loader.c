@@ -427,19 +427,8 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("loader");
-    TCase *tc = tcase_create("core");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, test_collate);
-    tcase_add_test(tc, test_workers_same_order);
-    tcase_add_test(tc, test_resume);
-    tcase_add_test(tc, test_skip_and_epochs);
-    tcase_add_test(tc, test_edges);
-    tcase_add_test(tc, test_dataset_error);
-    tcase_add_test(tc, test_oom);
-    suite_add_tcase(s, tc);
-    TCase *mis = tcase_create("misuse");
-    tu_add_misuse_test(mis, test_misuse_null_dataset);
-    tu_add_misuse_test(mis, test_misuse_negative_skip);
-    suite_add_tcase(s, mis);
+    tu_add_tests(tu_case(s, "core", 120), test_collate, test_workers_same_order, test_resume,
+                 test_skip_and_epochs, test_edges, test_dataset_error, test_oom);
+    tu_add_misuse_tests(tu_case(s, "misuse", 0), test_misuse_null_dataset, test_misuse_negative_skip);
     return tu_run_suite(s);
 }

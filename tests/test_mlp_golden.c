@@ -278,14 +278,10 @@ END_TEST
 static Suite *make_suite(void)
 {
     Suite *s = suite_create("mlp_golden");
-    TCase *tc = tcase_create("core");
-    tcase_add_test(tc, mlp_matches_pytorch);
-    tcase_add_test(tc, mlp_loop_returns_to_baseline);
-    tcase_add_test(tc, dot_labels_and_dedup);
-    tcase_add_test(tc, dot_of_a_long_chain);
-    tcase_add_test(tc, dot_failures_name_the_path);
-    tu_add_misuse_test(tc, dot_null_path_is_misuse);
-    suite_add_tcase(s, tc);
+    TCase *tc = tu_case(s, "core", 0);
+    tu_add_tests(tc, mlp_matches_pytorch, mlp_loop_returns_to_baseline, dot_labels_and_dedup,
+                 dot_of_a_long_chain, dot_failures_name_the_path);
+    tu_add_misuse_tests(tc, dot_null_path_is_misuse);
     return s;
 }
 

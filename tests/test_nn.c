@@ -663,41 +663,19 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("nn");
-    TCase *tl = tcase_create("layers");
-    tcase_add_test(tl, linear_forward_matches_reference_on_3d_input);
-    tcase_add_test(tl, linear_without_bias_and_its_names);
-    tcase_add_test(tl, linear_init_is_torch_s_uniform);
-    tcase_add_test(tl, linear_gradcheck_in_f64);
-    tcase_add_test(tl, embedding_rows_padding_and_its_gradient);
-    tcase_add_test(tl, embedding_init_and_frozen);
-    tcase_add_test(tl, layer_norm_matches_reference);
-    tcase_add_test(tl, dropout_train_eval_and_replay);
-    tcase_add_test(tl, activations);
-    tcase_add_test(tl, mhsa_matches_reference_with_padding_mask);
-    tcase_add_test(tl, transformer_block_names_shapes_and_dropout);
-    suite_add_tcase(s, tl);
-    TCase *tx = tcase_create("losses");
-    tcase_add_test(tx, cross_entropy_ignore_index_and_label_smoothing);
-    tcase_add_test(tx, mse_and_bce_with_logits);
-    suite_add_tcase(s, tx);
-    TCase *td = tcase_create("models");
-    tcase_add_test(td, distilbert_config_defaults_are_hf_s);
-    tcase_add_test(td, distilbert_init_statistics);
-    tcase_add_test(td, sinusoidal_positions_are_fixed);
-    tcase_add_test(td, seqcls_loss_follows_num_labels_and_label_dtype);
-    tcase_add_test(td, padding_positions_do_not_change_the_logits);
-    tcase_add_test(td, bert_layout_names);
-    suite_add_tcase(s, td);
-    TCase *tm = tcase_create("misuse");
-    tu_add_misuse_test(tm, misuse_linear_wrong_input);
-    tu_add_misuse_test(tm, misuse_heads_do_not_divide_dim);
-    tu_add_misuse_test(tm, misuse_dropout_p);
-    tu_add_misuse_test(tm, misuse_embedding_id_out_of_range);
-    tu_add_misuse_test(tm, misuse_distilbert_config);
-    tu_add_misuse_test(tm, misuse_sequence_too_long);
-    tu_add_misuse_test(tm, misuse_mask_shape);
-    tu_add_misuse_test(tm, misuse_cross_entropy_target);
-    tu_add_misuse_test(tm, misuse_single_label_with_wrong_count);
-    suite_add_tcase(s, tm);
+    tu_add_tests(tu_case(s, "layers", 0), linear_forward_matches_reference_on_3d_input,
+                 linear_without_bias_and_its_names, linear_init_is_torch_s_uniform, linear_gradcheck_in_f64,
+                 embedding_rows_padding_and_its_gradient, embedding_init_and_frozen,
+                 layer_norm_matches_reference, dropout_train_eval_and_replay, activations,
+                 mhsa_matches_reference_with_padding_mask, transformer_block_names_shapes_and_dropout);
+    tu_add_tests(tu_case(s, "losses", 0), cross_entropy_ignore_index_and_label_smoothing,
+                 mse_and_bce_with_logits);
+    tu_add_tests(tu_case(s, "models", 0), distilbert_config_defaults_are_hf_s, distilbert_init_statistics,
+                 sinusoidal_positions_are_fixed, seqcls_loss_follows_num_labels_and_label_dtype,
+                 padding_positions_do_not_change_the_logits, bert_layout_names);
+    tu_add_misuse_tests(tu_case(s, "misuse", 0), misuse_linear_wrong_input, misuse_heads_do_not_divide_dim,
+                        misuse_dropout_p, misuse_embedding_id_out_of_range, misuse_distilbert_config,
+                        misuse_sequence_too_long, misuse_mask_shape, misuse_cross_entropy_target,
+                        misuse_single_label_with_wrong_count);
     return tu_run_suite(s);
 }

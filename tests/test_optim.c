@@ -899,34 +899,17 @@ END_TEST
 static Suite *make_suite(void)
 {
     Suite *s = suite_create("optim");
-    TCase *tc = tcase_create("core");
-    tcase_add_test(tc, trajectories_match_torch);
-    tcase_add_test(tc, trajectories_match_torch_unfused);
-    tcase_add_test(tc, adamw_f64_matches_textbook);
-    tcase_add_test(tc, sgd_f64_matches_textbook);
-    tcase_add_test(tc, fused_pass_equals_separate);
-    tcase_add_test(tc, schedulers_match_transformers_exactly);
-    tcase_add_test(tc, clip_grad_norm_matches_torch);
-    tcase_add_test(tc, clip_error_if_nonfinite);
-    tcase_add_test(tc, no_decay_rule_equals_trainer_on_distilbert);
-    tcase_add_test(tc, defaults_skip_and_zero_grad);
-    tcase_add_test(tc, no_leak_and_oom_at_every_allocation);
-    tcase_add_test(tc, state_round_trip_adamw);
-    tcase_add_test(tc, state_round_trip_sgd);
-    tcase_add_test(tc, state_load_rejects_mismatches);
-    tu_add_misuse_test(tc, misuse_negative_lr);
-    tu_add_misuse_test(tc, misuse_bad_beta);
-    tu_add_misuse_test(tc, misuse_nesterov_without_momentum);
-    tu_add_misuse_test(tc, misuse_group_out_of_range);
-    tu_add_misuse_test(tc, misuse_param_in_two_groups);
-    tu_add_misuse_test(tc, misuse_empty_parameter_list);
-    tu_add_misuse_test(tc, misuse_non_leaf_param);
-    tu_add_misuse_test(tc, misuse_integer_param);
-    tu_add_misuse_test(tc, misuse_set_negative_lr);
-    tu_add_misuse_test(tc, misuse_scheduler_after_new_group);
-    tu_add_misuse_test(tc, misuse_clip_norm_type);
-    tu_add_misuse_test(tc, misuse_backward_after_step);
-    suite_add_tcase(s, tc);
+    TCase *tc = tu_case(s, "core", 0);
+    tu_add_tests(tc, trajectories_match_torch, trajectories_match_torch_unfused, adamw_f64_matches_textbook,
+                 sgd_f64_matches_textbook, fused_pass_equals_separate, schedulers_match_transformers_exactly,
+                 clip_grad_norm_matches_torch, clip_error_if_nonfinite,
+                 no_decay_rule_equals_trainer_on_distilbert, defaults_skip_and_zero_grad,
+                 no_leak_and_oom_at_every_allocation, state_round_trip_adamw, state_round_trip_sgd,
+                 state_load_rejects_mismatches);
+    tu_add_misuse_tests(tc, misuse_negative_lr, misuse_bad_beta, misuse_nesterov_without_momentum,
+                        misuse_group_out_of_range, misuse_param_in_two_groups, misuse_empty_parameter_list,
+                        misuse_non_leaf_param, misuse_integer_param, misuse_set_negative_lr,
+                        misuse_scheduler_after_new_group, misuse_clip_norm_type, misuse_backward_after_step);
     return s;
 }
 

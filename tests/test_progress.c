@@ -396,20 +396,10 @@ END_TEST
 static Suite *make_suite(void)
 {
     Suite *s = suite_create("progress");
-    TCase *tc = tcase_create("progress");
-    tcase_add_test(tc, format_line);
-    tcase_add_test(tc, plain_mode_every_ten_percent);
-    tcase_add_test(tc, plain_mode_every_30_seconds);
-    tcase_add_test(tc, tty_mode_redraws);
-    tcase_add_test(tc, free_null_and_unused);
-    suite_add_tcase(s, tc);
-    TCase *tl = tcase_create("logger");
-    tcase_add_test(tl, logger_lines);
-    tcase_add_test(tl, logger_errors_name_the_path);
-    tcase_add_test(tl, crc32c_vectors);
-    tcase_add_test(tl, tensorboard_events);
-    tcase_add_test(tl, tensorboard_errors_name_the_path);
-    suite_add_tcase(s, tl);
+    tu_add_tests(tu_case(s, "progress", 0), format_line, plain_mode_every_ten_percent,
+                 plain_mode_every_30_seconds, tty_mode_redraws, free_null_and_unused);
+    tu_add_tests(tu_case(s, "logger", 0), logger_lines, logger_errors_name_the_path, crc32c_vectors,
+                 tensorboard_events, tensorboard_errors_name_the_path);
     return s;
 }
 

@@ -810,41 +810,14 @@ END_TEST
 static Suite *make_suite(void)
 {
     Suite *s = suite_create("readers");
-    TCase *tc = tcase_create("sst2");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, test_sst2_tables);
-    tcase_add_test(tc, test_sst2_dataset);
-    tcase_add_test(tc, test_threads_identical);
-    suite_add_tcase(s, tc);
-
-    tc = tcase_create("formats");
-    tcase_add_test(tc, test_tsv);
-    tcase_add_test(tc, test_tsv_errors);
-    tcase_add_test(tc, test_utf8_errors);
-    tcase_add_test(tc, test_csv_quoting);
-    tcase_add_test(tc, test_csv_errors);
-    tcase_add_test(tc, test_jsonl);
-    tcase_add_test(tc, test_jsonl_errors);
-    suite_add_tcase(s, tc);
-
-    tc = tcase_create("dataset");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, test_labels);
-    tcase_add_test(tc, test_pairs_and_threads);
-    tcase_add_test(tc, test_empty_pair);
-    tcase_add_test(tc, test_fail_nth);
-    suite_add_tcase(s, tc);
-
-    tc = tcase_create("fuzz");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, test_fuzz_regress);
-    suite_add_tcase(s, tc);
-
-    tc = tcase_create("misuse");
-    tu_add_misuse_test(tc, test_misuse_get);
-    tu_add_misuse_test(tc, test_misuse_dataset_index);
-    tu_add_misuse_test(tc, test_misuse_csv_delimiter);
-    suite_add_tcase(s, tc);
+    tu_add_tests(tu_case(s, "sst2", 120), test_sst2_tables, test_sst2_dataset, test_threads_identical);
+    tu_add_tests(tu_case(s, "formats", 0), test_tsv, test_tsv_errors, test_utf8_errors, test_csv_quoting,
+                 test_csv_errors, test_jsonl, test_jsonl_errors);
+    tu_add_tests(tu_case(s, "dataset", 120), test_labels, test_pairs_and_threads, test_empty_pair,
+                 test_fail_nth);
+    tu_add_tests(tu_case(s, "fuzz", 120), test_fuzz_regress);
+    tu_add_misuse_tests(tu_case(s, "misuse", 0), test_misuse_get, test_misuse_dataset_index,
+                        test_misuse_csv_delimiter);
     return s;
 }
 

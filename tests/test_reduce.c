@@ -581,29 +581,14 @@ END_TEST
 static Suite *make_suite(void)
 {
     Suite *s = suite_create("reduce");
-    TCase *tc = tcase_create("forward");
-    tcase_add_test(tc, test_all_dim_sets_every_float_dtype);
-    tcase_add_test(tc, test_non_contiguous_views);
-    tcase_add_test(tc, test_large_fast_paths);
-    tcase_add_test(tc, test_sum_16m_accuracy_and_determinism);
-    tcase_add_test(tc, test_empty_tensors);
-    tcase_add_test(tc, test_scalar_input);
-    tcase_add_test(tc, test_integer_and_bool);
-    tcase_add_test(tc, test_index_tie_breaking);
-    tcase_add_test(tc, test_nan_and_inf);
-    tcase_add_test(tc, test_max_all_min_all);
-    suite_add_tcase(s, tc);
-    TCase *tm = tcase_create("misuse");
-    tu_add_misuse_test(tm, misuse_dim_out_of_range);
-    tu_add_misuse_test(tm, misuse_negative_dim_out_of_range);
-    tu_add_misuse_test(tm, misuse_duplicate_dim);
-    tu_add_misuse_test(tm, misuse_mean_of_int);
-    tu_add_misuse_test(tm, misuse_max_zero_size_dim);
-    tu_add_misuse_test(tm, misuse_argmax_zero_size_dim);
-    tu_add_misuse_test(tm, misuse_max_all_empty);
-    tu_add_misuse_test(tm, misuse_norm_bad_p);
-    tu_add_misuse_test(tm, misuse_var_bad_correction);
-    suite_add_tcase(s, tm);
+    tu_add_tests(tu_case(s, "forward", 0), test_all_dim_sets_every_float_dtype, test_non_contiguous_views,
+                 test_large_fast_paths, test_sum_16m_accuracy_and_determinism, test_empty_tensors,
+                 test_scalar_input, test_integer_and_bool, test_index_tie_breaking, test_nan_and_inf,
+                 test_max_all_min_all);
+    tu_add_misuse_tests(tu_case(s, "misuse", 0), misuse_dim_out_of_range, misuse_negative_dim_out_of_range,
+                        misuse_duplicate_dim, misuse_mean_of_int, misuse_max_zero_size_dim,
+                        misuse_argmax_zero_size_dim, misuse_max_all_empty, misuse_norm_bad_p,
+                        misuse_var_bad_correction);
     return s;
 }
 

@@ -865,28 +865,14 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("safetensors");
-    TCase *tc = tcase_create("safetensors");
-    tcase_add_test(tc, round_trip_every_dtype);
-    tcase_add_test(tc, checked_save_refuses_a_damaged_byte);
-    tcase_add_test(tc, round_trip_non_contiguous);
-    tcase_add_test(tc, metadata_round_trip);
-    tcase_add_test(tc, header_layout_matches_python_writer);
-    tcase_add_test(tc, torch_fixture);
-    tcase_add_test(tc, reads_unaligned_and_loose_headers);
-    tcase_add_test(tc, missing_file_and_missing_tensor);
-    tcase_add_test(tc, save_into_missing_directory_fails_cleanly);
-    tcase_add_test(tc, save_over_a_directory_removes_the_temporary);
-    tcase_add_test(tc, failed_save_keeps_the_old_file);
-    tcase_add_test(tc, corrupt_files_are_rejected);
-    tcase_add_test(tc, oom_at_every_allocation_of_open_and_get);
-    tcase_add_test(tc, oom_sticky_at_every_allocation_of_open_and_get);
-    suite_add_tcase(s, tc);
-    TCase *tm = tcase_create("misuse");
-    tu_add_misuse_test(tm, misuse_duplicate_names);
-    tu_add_misuse_test(tm, misuse_reserved_name);
-    tu_add_misuse_test(tm, misuse_reserved_checksum_key);
-    tu_add_misuse_test(tm, misuse_duplicate_metadata_key);
-    tu_add_misuse_test(tm, misuse_name_index_out_of_range);
-    suite_add_tcase(s, tm);
+    tu_add_tests(tu_case(s, "safetensors", 0), round_trip_every_dtype, checked_save_refuses_a_damaged_byte,
+                 round_trip_non_contiguous, metadata_round_trip, header_layout_matches_python_writer,
+                 torch_fixture, reads_unaligned_and_loose_headers, missing_file_and_missing_tensor,
+                 save_into_missing_directory_fails_cleanly, save_over_a_directory_removes_the_temporary,
+                 failed_save_keeps_the_old_file, corrupt_files_are_rejected,
+                 oom_at_every_allocation_of_open_and_get, oom_sticky_at_every_allocation_of_open_and_get);
+    tu_add_misuse_tests(tu_case(s, "misuse", 0), misuse_duplicate_names, misuse_reserved_name,
+                        misuse_reserved_checksum_key, misuse_duplicate_metadata_key,
+                        misuse_name_index_out_of_range);
     return tu_run_suite(s);
 }

@@ -617,38 +617,14 @@ END_TEST
 static Suite *make_suite(void)
 {
     Suite *s = suite_create("tokenizer");
-    TCase *tc = tcase_create("golden");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, golden_squad);
-    tcase_add_test(tc, golden_sst2);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("hf");
-    tcase_add_test(tc, hf_cases_uncased);
-    tcase_add_test(tc, hf_cases_cased);
-    tcase_add_test(tc, hf_cases_keep_accents);
-    tcase_add_test(tc, hf_cases_cased_strip);
-    tcase_add_test(tc, hf_cases_no_chinese);
-    tcase_add_test(tc, hf_cases_never_split);
-    tcase_add_test(tc, hf_cases_max_chars);
-    tcase_add_test(tc, hf_pairs);
-    tcase_add_test(tc, hf_decode);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("units");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, vocab_lookup);
-    tcase_add_test(tc, units);
-    tcase_add_test(tc, pair_truncation_and_padding);
-    tcase_add_test(tc, decode_roundtrip);
-    tcase_add_test(tc, invalid_utf8);
-    tcase_add_test(tc, vocab_errors);
-    tcase_add_test(tc, vocab_small);
-    tcase_add_test(tc, batch_matches_single);
-    tcase_add_test(tc, alloc_failures);
-    tcase_add_test(tc, cli_tokenize);
-    tu_add_misuse_test(tc, misuse_null_tokenizer);
-    tu_add_misuse_test(tc, misuse_negative_max_length);
-    tu_add_misuse_test(tc, misuse_pad_without_max_length);
-    suite_add_tcase(s, tc);
+    tu_add_tests(tu_case(s, "golden", 120), golden_squad, golden_sst2);
+    tu_add_tests(tu_case(s, "hf", 0), hf_cases_uncased, hf_cases_cased, hf_cases_keep_accents,
+                 hf_cases_cased_strip, hf_cases_no_chinese, hf_cases_never_split, hf_cases_max_chars, hf_pairs,
+                 hf_decode);
+    TCase *tc = tu_case(s, "units", 120);
+    tu_add_tests(tc, vocab_lookup, units, pair_truncation_and_padding, decode_roundtrip, invalid_utf8,
+                 vocab_errors, vocab_small, batch_matches_single, alloc_failures, cli_tokenize);
+    tu_add_misuse_tests(tc, misuse_null_tokenizer, misuse_negative_max_length, misuse_pad_without_max_length);
     return s;
 }
 

@@ -853,32 +853,12 @@ END_TEST
 static Suite *make_suite(void)
 {
     Suite *s = suite_create("tokenizer_json");
-    TCase *tc = tcase_create("hf");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, hf_bert_uncased);
-    tcase_add_test(tc, hf_bert_cased);
-    tcase_add_test(tc, hf_sequence);
-    tcase_add_test(tc, hf_config_wins);
-    tcase_add_test(tc, hf_vocab_only);
-    tcase_add_test(tc, opts_win);
-    tcase_add_test(tc, info);
-    tcase_add_test(tc, pipelines);
-    tcase_add_test(tc, refuse_other_tokenizers);
-    tcase_add_test(tc, malformed_files);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("save");
-    tcase_set_timeout(tc, 300);
-    tcase_add_test(tc, resave_identical);
-    tcase_add_test(tc, golden_squad);
-    tcase_add_test(tc, golden_sst2);
-    tcase_add_test(tc, roundtrip);
-    tcase_add_test(tc, save_errors);
-    tcase_add_test(tc, alloc_failures);
-    tcase_add_test(tc, mutations);
-    tcase_add_test(tc, cli_tokenizer_dir);
-    tu_add_misuse_test(tc, misuse_null_dir);
-    tu_add_misuse_test(tc, misuse_save_null);
-    suite_add_tcase(s, tc);
+    tu_add_tests(tu_case(s, "hf", 120), hf_bert_uncased, hf_bert_cased, hf_sequence, hf_config_wins,
+                 hf_vocab_only, opts_win, info, pipelines, refuse_other_tokenizers, malformed_files);
+    TCase *tc = tu_case(s, "save", 300);
+    tu_add_tests(tc, resave_identical, golden_squad, golden_sst2, roundtrip, save_errors, alloc_failures,
+                 mutations, cli_tokenizer_dir);
+    tu_add_misuse_tests(tc, misuse_null_dir, misuse_save_null);
     return s;
 }
 
