@@ -4,6 +4,7 @@
 
 #include <check.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "ember.h"
 #include "capture.h"
@@ -57,5 +58,37 @@ int64_t tu_live_bytes(void);
 /* Path under ../shared/data or tests/fixtures (from the env set by meson). */
 const char *tu_shared_path(const char *rel);
 const char *tu_fixture_path(const char *rel);
+
+/* ---- files ------------------------------------------------------------------------
+ * One scratch directory per process. tu_scratch_new makes a fresh
+ * $TMPDIR/ember-<tag>-XXXXXX (/tmp when TMPDIR is unset or empty) and returns
+ * its path, or NULL (errno set); made in main, Check's forked tests share it.
+ * tu_scratch is its path ("" before, and after tu_scratch_remove, which
+ * deletes it with everything inside: 0, or -1 when something stayed).
+ * tu_scratch_path is scratch/name in a ring of 8 static buffers (8 may be in
+ * use at once). */
+const char *tu_scratch_new(const char *tag);
+const char *tu_scratch(void);
+const char *tu_scratch_path(const char *name);
+int tu_scratch_remove(void);
+/* Removes dir and everything below it (links themselves, not what they name);
+ * 0, or -1 at the first failure. */
+int tu_remove_tree(const char *dir);
+/* The whole file as a malloc'd buffer the caller frees, with a NUL after its
+ * bytes; *n (n may be NULL) gets their count. Fails the test, naming path,
+ * when it cannot be opened or read. */
+char *tu_read_file(const char *path, size_t *n);
+/* Writes n bytes of data to path (replacing it); fails the test, naming path,
+ * when it cannot be opened, written or closed. tu_write_text: a C string. */
+void tu_write_file(const char *path, const void *data, size_t n);
+#define tu_write_text(path, text) tu_write_file(path, text, strlen(text))
+
+/* The ember command for a test run as argv0: $EMBER_CLI, else ../cli/ember
+ * beside argv0's directory (the build tree's layout), into out. */
+void tu_find_ember(char *out, size_t size, const char *argv0);
+/* Runs `cli command args` (args as the shell reads them) with input on stdin (written
+ * to scratch/cli-input.txt first) and returns what it wrote to stdout and
+ * stderr, 8 KiB at most, in a static buffer; *status gets pclose's status. */
+char *tu_run_ember(const char *cli, const char *command, const char *args, const char *input, int *status);
 
 #endif

@@ -501,18 +501,6 @@ START_TEST(test_gather_for_metrics_single)
 END_TEST
 
 /* ---- checkpoints -------------------------------------------------------------------------- */
-static char g_tmp[256];
-static void make_tmp(void)
-{
-    snprintf(g_tmp, sizeof g_tmp, "/tmp/ember-test-acc-XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(g_tmp));
-}
-static int rm_rf(const char *path)
-{
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
-    return system(cmd);
-}
 
 /* One training setup, built the same way every time. */
 typedef struct run {
@@ -581,9 +569,9 @@ static void run_train(run *r, int nsteps)
 
 static void check_resume(em_mixed_precision mp, int N)
 {
-    make_tmp();
+    ck_assert_ptr_nonnull(tu_scratch_new("test-acc"));
     char dir[300];
-    snprintf(dir, sizeof dir, "%s/state", g_tmp);
+    snprintf(dir, sizeof dir, "%s/state", tu_scratch());
     em_accelerator_opts o = { .gradient_accumulation_steps = 2, .mixed_precision = mp };
     run a, b, c;
     run_new(&a, &o);   /* L = 7 batches per epoch (the last of 2), K = 2 */
@@ -620,7 +608,7 @@ static void check_resume(em_mixed_precision mp, int N)
     free(pa), free(pc);
     run_free(&a);
     run_free(&c);
-    rm_rf(g_tmp);
+    tu_scratch_remove();
 }
 
 START_TEST(test_save_load_bit_identical)
@@ -646,9 +634,9 @@ static bool exists(const char *dir, const char *name)
 
 START_TEST(test_save_state_layout_and_overwrite)
 {
-    make_tmp();
+    ck_assert_ptr_nonnull(tu_scratch_new("test-acc"));
     char dir[300];
-    snprintf(dir, sizeof dir, "%s/ckpt", g_tmp);
+    snprintf(dir, sizeof dir, "%s/ckpt", tu_scratch());
     run r;
     run_new(&r, &(em_accelerator_opts){ .mixed_precision = EM_MP_FP16 });
     run_train(&r, 2);
@@ -656,7 +644,7 @@ START_TEST(test_save_state_layout_and_overwrite)
     const char *files[] = { "model.safetensors", "optimizer.safetensors", "scheduler.safetensors",
                             "scaler.safetensors", "random_states_0.json", "accelerator_state.json" };
     for (int i = 0; i < 6; i++) ck_assert_msg(exists(dir, files[i]), "%s missing", files[i]);
-    ck_assert(!exists(g_tmp, "ckpt.tmp-ember"));
+    ck_assert(!exists(tu_scratch(), "ckpt.tmp-ember"));
     /* the model file holds the unwrapped names */
     em_safetensors *sf;
     char path[400];
@@ -673,8 +661,8 @@ START_TEST(test_save_state_layout_and_overwrite)
     /* a second save replaces the first, atomically */
     run_train(&r, 2);
     ck_assert_int_eq(em_accelerator_save_state(r.acc, dir), EM_OK);
-    ck_assert(!exists(g_tmp, "ckpt.tmp-ember"));
-    ck_assert(!exists(g_tmp, "ckpt.old-ember"));
+    ck_assert(!exists(tu_scratch(), "ckpt.tmp-ember"));
+    ck_assert(!exists(tu_scratch(), "ckpt.old-ember"));
     run r2;
     run_new(&r2, &(em_accelerator_opts){ .mixed_precision = EM_MP_FP16 });
     ck_assert_int_eq(em_accelerator_load_state(r2.acc, dir), EM_OK);
@@ -684,10 +672,10 @@ START_TEST(test_save_state_layout_and_overwrite)
     snprintf(stale, sizeof stale, "%s.tmp-ember", dir);
     mkdir(stale, 0777);
     ck_assert_int_eq(em_accelerator_save_state(r.acc, dir), EM_OK);
-    ck_assert(!exists(g_tmp, "ckpt.tmp-ember"));
+    ck_assert(!exists(tu_scratch(), "ckpt.tmp-ember"));
     run_free(&r);
     run_free(&r2);
-    rm_rf(g_tmp);
+    tu_scratch_remove();
 }
 END_TEST
 
@@ -695,14 +683,14 @@ END_TEST
  * model shape. The model stays unchanged. */
 START_TEST(test_load_state_mismatch)
 {
-    make_tmp();
+    ck_assert_ptr_nonnull(tu_scratch_new("test-acc"));
     char dir[300], path[400];
-    snprintf(dir, sizeof dir, "%s/ckpt", g_tmp);
+    snprintf(dir, sizeof dir, "%s/ckpt", tu_scratch());
     run r;
     run_new(&r, NULL);
     run_train(&r, 2);
     ck_assert_int_eq(em_accelerator_save_state(r.acc, dir), EM_OK);
-    ck_assert_int_eq(em_accelerator_load_state(r.acc, g_tmp), EM_ERR_NOT_FOUND);
+    ck_assert_int_eq(em_accelerator_load_state(r.acc, tu_scratch()), EM_ERR_NOT_FOUND);
     ck_assert_ptr_nonnull(strstr(em_last_error(), "accelerator_state.json"));
 
     /* another model shape */
@@ -753,7 +741,7 @@ START_TEST(test_load_state_mismatch)
     free(p);
     em_module_free(&m->base);
     run_free(&r);
-    rm_rf(g_tmp);
+    tu_scratch_remove();
 }
 END_TEST
 
@@ -783,9 +771,9 @@ static void edit_file(const char *dir, const char *name, const char *from, const
  * the file named; ignore_mismatched_config overrides a changed setting. */
 START_TEST(test_checkpoint_integrity)
 {
-    make_tmp();
+    ck_assert_ptr_nonnull(tu_scratch_new("test-acc"));
     char dir[300], path[400];
-    snprintf(dir, sizeof dir, "%s/ckpt", g_tmp);
+    snprintf(dir, sizeof dir, "%s/ckpt", tu_scratch());
     run r;
     run_new(&r, &(em_accelerator_opts){ .mixed_precision = EM_MP_NO });
     run_train(&r, 4);
@@ -858,7 +846,7 @@ START_TEST(test_checkpoint_integrity)
     ck_assert_int_eq(em_accelerator_load_state(r.acc, dir), EM_ERR_INVALID);
     ck_assert_msg(strstr(em_last_error(), "holds a non-finite value (element 0)"), "%s", em_last_error());
     run_free(&r);
-    rm_rf(g_tmp);
+    tu_scratch_remove();
 }
 END_TEST
 
@@ -867,8 +855,8 @@ END_TEST
  * restores the iteration (Accelerate forgets it), numbers are never reused. */
 START_TEST(test_automatic_naming_total_limit)
 {
-    make_tmp();
-    em_accelerator_opts o = { .project_dir = g_tmp, .automatic_checkpoint_naming = true, .total_limit = 3 };
+    ck_assert_ptr_nonnull(tu_scratch_new("test-acc"));
+    em_accelerator_opts o = { .project_dir = tu_scratch(), .automatic_checkpoint_naming = true, .total_limit = 3 };
     run r;
     run_new(&r, &o);
     for (int i = 0; i < 12; i++) {
@@ -877,7 +865,7 @@ START_TEST(test_automatic_naming_total_limit)
         ck_assert_int_eq(em_accelerator_save_state(r.acc, NULL), EM_OK);
     }
     char base[300];
-    snprintf(base, sizeof base, "%s/checkpoints", g_tmp);
+    snprintf(base, sizeof base, "%s/checkpoints", tu_scratch());
     int count = 0;
     DIR *d = opendir(base);
     for (struct dirent *e; (e = readdir(d));) count += e->d_name[0] != '.';
@@ -914,7 +902,7 @@ START_TEST(test_automatic_naming_total_limit)
     ck_assert_int_eq(em_accelerator_load_state(r4.acc, NULL), EM_ERR_INVALID);
     run_free(&r4);
     run_free(&r);
-    rm_rf(g_tmp);
+    tu_scratch_remove();
 }
 END_TEST
 

@@ -6,12 +6,10 @@
 #include "check_util.h"
 
 #include <cjson/cJSON.h>
-#include <ftw.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 /* ---- helpers ------------------------------------------------------------------ */
@@ -20,64 +18,13 @@
 #define ck_status(expr, want) do { em_status s_ = (expr); \
     ck_assert_msg(s_ == (want), "%s -> %s (want %s): %s", #expr, em_status_name(s_), em_status_name(want), em_last_error()); } while (0)
 
-static char tmpdir[256];
-
-static void make_tmpdir(void)
-{
-    const char *root = getenv("TMPDIR");
-    snprintf(tmpdir, sizeof tmpdir, "%s/ember-db-XXXXXX", root && *root ? root : "/tmp");
-    ck_assert_ptr_nonnull(mkdtemp(tmpdir));
-}
-static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb, (void)flag, (void)ftw;
-    return remove(p);
-}
-static void remove_tmpdir(void) { nftw(tmpdir, rm_one, 16, FTW_DEPTH | FTW_PHYS); }
-static const char *tpath(const char *name)
-{
-    static char bufs[4][512];
-    static int k;
-    char *b = bufs[k++ % 4];
-    snprintf(b, 512, "%s/%s", tmpdir, name);
-    return b;
-}
-static void write_text(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "wb");
-    ck_assert_ptr_nonnull(f);
-    fputs(text, f);
-    ck_assert_int_eq(fclose(f), 0);
-}
-static char *read_text(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    ck_assert_ptr_nonnull(f);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)n + 1);
-    ck_assert_uint_eq(fread(b, 1, (size_t)n, f), (size_t)n);
-    b[n] = 0;
-    fclose(f);
-    return b;
-}
+/* from's bytes into to */
 static void copy_file(const char *from, const char *to)
 {
-    char *t = NULL;
-    FILE *f = fopen(from, "rb");
-    ck_assert_ptr_nonnull(f);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    t = malloc((size_t)n);
-    ck_assert_uint_eq(fread(t, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
-    FILE *g = fopen(to, "wb");
-    ck_assert_ptr_nonnull(g);
-    ck_assert_uint_eq(fwrite(t, 1, (size_t)n, g), (size_t)n);
-    fclose(g);
-    free(t);
+    size_t n;
+    char *b = tu_read_file(from, &n);
+    tu_write_file(to, b, n);
+    free(b);
 }
 
 static em_safetensors *golden_file(const char *name)
@@ -248,7 +195,7 @@ END_TEST
 /* Half-precision checkpoints load into f32 parameters (rounded values kept exactly). */
 START_TEST(bf16_checkpoint_converts_to_f32)
 {
-    make_tmpdir();
+    ck_assert_ptr_nonnull(tu_scratch_new("db"));
     em_safetensors *st = NULL;
     ck_status(em_safetensors_open(tu_fixture_path("distilbert-tiny/model.safetensors"), &st), EM_OK);
     int n = em_safetensors_count(st);
@@ -259,11 +206,11 @@ START_TEST(bf16_checkpoint_converts_to_f32)
             names[i] = em_safetensors_name(st, i);
             ts[i] = em_to_dtype(em_safetensors_get(st, names[i]), EM_BF16);
         }
-        ck_status(em_safetensors_save(tpath("model.safetensors"), n, names, ts, 0, NULL, NULL), EM_OK);
+        ck_status(em_safetensors_save(tu_scratch_path("model.safetensors"), n, names, ts, 0, NULL, NULL), EM_OK);
     }
-    copy_file(tu_fixture_path("distilbert-tiny/config.json"), tpath("config.json"));
+    copy_file(tu_fixture_path("distilbert-tiny/config.json"), tu_scratch_path("config.json"));
     em_distilbert_seqcls *m = NULL;
-    ck_status(em_distilbert_seqcls_from_pretrained(tmpdir, &(em_pretrained_opts){.strict = true}, &m, NULL), EM_OK);
+    ck_status(em_distilbert_seqcls_from_pretrained(tu_scratch(), &(em_pretrained_opts){.strict = true}, &m, NULL), EM_OK);
     EM_SCOPE {
         em_tensor *w = m->distilbert->layer[0]->ffn->lin1->weight;
         ck_assert_int_eq(w->dtype, EM_F32);
@@ -273,7 +220,7 @@ START_TEST(bf16_checkpoint_converts_to_f32)
     }
     em_safetensors_close(st);
     em_module_free(&m->base);
-    remove_tmpdir();
+    tu_scratch_remove();
 }
 END_TEST
 
@@ -319,10 +266,10 @@ static const cJSON *field(const cJSON *j, const char *k)
 START_TEST(save_pretrained_round_trip_and_config_fields)
 {
     int64_t base = tu_live_bytes();
-    make_tmpdir();
+    ck_assert_ptr_nonnull(tu_scratch_new("db"));
     em_distilbert_seqcls *m = NULL, *m2 = NULL;
     ck_status(em_distilbert_seqcls_from_pretrained(tu_fixture_path("distilbert-tiny"), NULL, &m, NULL), EM_OK);
-    const char *dir = tpath("saved");
+    const char *dir = tu_scratch_path("saved");
     ck_status(em_save_pretrained(&m->base, dir), EM_OK);
     /* reload strictly: identical tensors, names and labels */
     ck_status(em_distilbert_seqcls_from_pretrained(dir, &(em_pretrained_opts){.strict = true}, &m2, NULL), EM_OK);
@@ -354,7 +301,7 @@ START_TEST(save_pretrained_round_trip_and_config_fields)
     /* config.json: the fields transformers reads */
     char cp[600];
     snprintf(cp, sizeof cp, "%s/config.json", dir);
-    char *text = read_text(cp);
+    char *text = tu_read_file(cp, NULL);
     cJSON *j = cJSON_Parse(text);
     ck_assert_ptr_nonnull(j);
     ck_assert_str_eq(cJSON_GetArrayItem(field(j, "architectures"), 0)->valuestring, "DistilBertForSequenceClassification");
@@ -378,10 +325,10 @@ START_TEST(save_pretrained_round_trip_and_config_fields)
     cJSON_Delete(j);
     free(text);
     /* no temporary left behind */
-    ck_assert_int_ne(access(tpath("saved/config.json.tmp"), F_OK), 0);
+    ck_assert_int_ne(access(tu_scratch_path("saved/config.json.tmp"), F_OK), 0);
     em_module_free(&m->base);
     em_module_free(&m2->base);
-    remove_tmpdir();
+    tu_scratch_remove();
     ck_assert_int_eq(tu_live_bytes(), base);
 }
 END_TEST
@@ -486,12 +433,12 @@ START_TEST(bert_model_matches_hf_and_loads_into_the_classifier)
     ck_assert_ptr_nonnull(em_module_get(cls, "bert.pooler.dense.bias"));
     em_module_train(cls, false);
     /* save and reload through the auto loader: same logits */
-    make_tmpdir();
+    ck_assert_ptr_nonnull(tu_scratch_new("db"));
     ck_assert_int_eq(em_seqcls_num_labels(cls), 2);
     em_seqcls_set_labels(cls, 2, (const char *const[]){"no", "yes"});
-    ck_status(em_save_pretrained(cls, tpath("bert")), EM_OK);
+    ck_status(em_save_pretrained(cls, tu_scratch_path("bert")), EM_OK);
     em_module *cls2 = NULL;
-    ck_status(em_seqcls_from_pretrained(tpath("bert"), &(em_pretrained_opts){.strict = true}, &cls2, NULL), EM_OK);
+    ck_status(em_seqcls_from_pretrained(tu_scratch_path("bert"), &(em_pretrained_opts){.strict = true}, &cls2, NULL), EM_OK);
     em_module_train(cls2, false);
     EM_SCOPE {
         em_seqcls_inputs in = {em_safetensors_get(g, "input_ids"), em_safetensors_get(g, "attention_mask"),
@@ -501,7 +448,7 @@ START_TEST(bert_model_matches_hf_and_loads_into_the_classifier)
         ck_assert(same_tensor(o1.logits, o2.logits));
         ck_assert(same_tensor(o1.loss, o2.loss));
     }
-    char *text = read_text(tpath("bert/config.json"));
+    char *text = tu_read_file(tu_scratch_path("bert/config.json"), NULL);
     ck_assert_ptr_nonnull(strstr(text, "\"BertForSequenceClassification\""));
     ck_assert_ptr_nonnull(strstr(text, "\"model_type\": \"bert\""));
     ck_assert_ptr_nonnull(strstr(text, "\"type_vocab_size\": 2"));
@@ -512,7 +459,7 @@ START_TEST(bert_model_matches_hf_and_loads_into_the_classifier)
     em_load_report_free(&rep);
     em_module_free(cls);
     em_module_free(cls2);
-    remove_tmpdir();
+    tu_scratch_remove();
     ck_assert_int_eq(tu_live_bytes(), base);
 }
 END_TEST
@@ -521,7 +468,7 @@ END_TEST
 
 START_TEST(sharded_index_loads_like_the_single_file)
 {
-    make_tmpdir();
+    ck_assert_ptr_nonnull(tu_scratch_new("db"));
     em_safetensors *st = NULL;
     ck_assert_int_eq(em_safetensors_open(tu_fixture_path("distilbert-tiny/model.safetensors"), &st), EM_OK);
     int n = em_safetensors_count(st);
@@ -535,18 +482,18 @@ START_TEST(sharded_index_loads_like_the_single_file)
             cJSON_AddStringToObject(wm, names[i], i < n / 2 ? "model-00001-of-00002.safetensors"
                                                             : "model-00002-of-00002.safetensors");
         }
-        ck_assert_int_eq(em_safetensors_save(tpath("model-00001-of-00002.safetensors"), n / 2, names, ts, 0, NULL, NULL), EM_OK);
-        ck_assert_int_eq(em_safetensors_save(tpath("model-00002-of-00002.safetensors"), n - n / 2, names + n / 2,
+        ck_assert_int_eq(em_safetensors_save(tu_scratch_path("model-00001-of-00002.safetensors"), n / 2, names, ts, 0, NULL, NULL), EM_OK);
+        ck_assert_int_eq(em_safetensors_save(tu_scratch_path("model-00002-of-00002.safetensors"), n - n / 2, names + n / 2,
                                              ts + n / 2, 0, NULL, NULL), EM_OK);
     }
     em_safetensors_close(st);
     char *text = cJSON_Print(idx);
-    write_text(tpath("model.safetensors.index.json"), text);
+    tu_write_text(tu_scratch_path("model.safetensors.index.json"), text);
     cJSON_free(text);
     cJSON_Delete(idx);
-    copy_file(tu_fixture_path("distilbert-tiny/config.json"), tpath("config.json"));
+    copy_file(tu_fixture_path("distilbert-tiny/config.json"), tu_scratch_path("config.json"));
     em_distilbert_seqcls *a = NULL, *b = NULL;
-    ck_status(em_distilbert_seqcls_from_pretrained(tmpdir, &(em_pretrained_opts){.strict = true}, &a, NULL), EM_OK);
+    ck_status(em_distilbert_seqcls_from_pretrained(tu_scratch(), &(em_pretrained_opts){.strict = true}, &a, NULL), EM_OK);
     ck_status(em_distilbert_seqcls_from_pretrained(tu_fixture_path("distilbert-tiny"), NULL, &b, NULL), EM_OK);
     em_named_tensors pa = em_module_named_parameters(&a->base), pb = em_module_named_parameters(&b->base);
     for (int i = 0; i < pa.n; i++) ck_assert_msg(same_tensor(pa.items[i].tensor, pb.items[i].tensor), "%s", pa.items[i].name);
@@ -555,11 +502,11 @@ START_TEST(sharded_index_loads_like_the_single_file)
     em_module_free(&a->base);
     em_module_free(&b->base);
     /* an index naming a shard that lacks the tensor */
-    write_text(tpath("model.safetensors.index.json"),
+    tu_write_text(tu_scratch_path("model.safetensors.index.json"),
                "{\"weight_map\": {\"classifier.bias\": \"model-00002-of-00002.safetensors\"}}");
-    ck_status(em_distilbert_seqcls_from_pretrained(tmpdir, NULL, &a, NULL), EM_ERR_FORMAT);
+    ck_status(em_distilbert_seqcls_from_pretrained(tu_scratch(), NULL, &a, NULL), EM_ERR_FORMAT);
     ck_assert_ptr_nonnull(strstr(em_last_error(), "classifier.bias"));
-    remove_tmpdir();
+    tu_scratch_remove();
 }
 END_TEST
 
@@ -589,7 +536,7 @@ END_TEST
 static em_status load_tmp(void)
 {
     em_distilbert_seqcls *m = (void *)1;
-    em_status s = em_distilbert_seqcls_from_pretrained(tmpdir, NULL, &m, NULL);
+    em_status s = em_distilbert_seqcls_from_pretrained(tu_scratch(), NULL, &m, NULL);
     ck_assert_ptr_null(m);
     return s;
 }
@@ -601,34 +548,34 @@ static const char tiny_config[] =
 START_TEST(bad_folders_return_clear_errors)
 {
     int64_t base = tu_live_bytes();
-    make_tmpdir();
+    ck_assert_ptr_nonnull(tu_scratch_new("db"));
     /* no config.json */
-    copy_file(tu_fixture_path("distilbert-tiny/model.safetensors"), tpath("model.safetensors"));
+    copy_file(tu_fixture_path("distilbert-tiny/model.safetensors"), tu_scratch_path("model.safetensors"));
     ck_assert_int_eq(load_tmp(), EM_ERR_NOT_FOUND);
     ck_assert_ptr_nonnull(strstr(em_last_error(), "config.json"));
     /* malformed JSON: the file and the position */
-    write_text(tpath("config.json"), "{\n  \"dim\": 64,\n  oops\n}\n");
+    tu_write_text(tu_scratch_path("config.json"), "{\n  \"dim\": 64,\n  oops\n}\n");
     ck_assert_int_eq(load_tmp(), EM_ERR_FORMAT);
     ck_assert_ptr_nonnull(strstr(em_last_error(), "config.json: malformed JSON at line 3"));
-    write_text(tpath("config.json"), "{\"dim\": 64} trailing");
+    tu_write_text(tu_scratch_path("config.json"), "{\"dim\": 64} trailing");
     ck_assert_int_eq(load_tmp(), EM_ERR_FORMAT);
     ck_assert_ptr_nonnull(strstr(em_last_error(), "line 1, column 13"));
     /* a field of the wrong type */
-    write_text(tpath("config.json"), "{\"model_type\": \"distilbert\", \"dim\": \"wide\"}");
+    tu_write_text(tu_scratch_path("config.json"), "{\"model_type\": \"distilbert\", \"dim\": \"wide\"}");
     ck_assert_int_eq(load_tmp(), EM_ERR_FORMAT);
     ck_assert_ptr_nonnull(strstr(em_last_error(), "\"dim\""));
     /* unknown model_type */
-    write_text(tpath("config.json"), "{\"model_type\": \"gpt2\"}");
+    tu_write_text(tu_scratch_path("config.json"), "{\"model_type\": \"gpt2\"}");
     ck_assert_int_eq(load_tmp(), EM_ERR_UNSUPPORTED);
     ck_assert_ptr_nonnull(strstr(em_last_error(), "unknown model_type \"gpt2\""));
     /* the wrong family for a typed loader */
-    write_text(tpath("config.json"), "{\"model_type\": \"bert\"}");
+    tu_write_text(tu_scratch_path("config.json"), "{\"model_type\": \"bert\"}");
     ck_assert_int_eq(load_tmp(), EM_ERR_INVALID);
     ck_assert_ptr_nonnull(strstr(em_last_error(), "model_type is \"bert\""));
     /* a tensor of the wrong shape: named, with both shapes */
     char cfg[512];
     snprintf(cfg, sizeof cfg, tiny_config, 32);
-    write_text(tpath("config.json"), cfg);
+    tu_write_text(tu_scratch_path("config.json"), cfg);
     ck_assert_int_eq(load_tmp(), EM_ERR_INVALID);
     ck_assert_msg(strstr(em_last_error(), "model.safetensors: tensor \"classifier.weight\" has shape [3,64] but the "
                                           "model expects [3,32]") != NULL,
@@ -636,26 +583,26 @@ START_TEST(bad_folders_return_clear_errors)
     ck_assert_ptr_null(strstr(em_last_error(), "num_labels"));   /* no misleading hint */
     /* no weights at all */
     snprintf(cfg, sizeof cfg, tiny_config, 64);
-    write_text(tpath("config.json"), cfg);
-    remove(tpath("model.safetensors"));
+    tu_write_text(tu_scratch_path("config.json"), cfg);
+    remove(tu_scratch_path("model.safetensors"));
     ck_assert_int_eq(load_tmp(), EM_ERR_NOT_FOUND);
     ck_assert_ptr_nonnull(strstr(em_last_error(), "no model.safetensors"));
     /* a corrupt safetensors file */
-    write_text(tpath("model.safetensors"), "not a safetensors file at all");
+    tu_write_text(tu_scratch_path("model.safetensors"), "not a safetensors file at all");
     ck_assert_int_ne(load_tmp(), EM_OK);
     ck_assert_ptr_nonnull(strstr(em_last_error(), "model.safetensors"));
     /* a config too large for the machine: refused before any allocation, naming the file and fields */
-    copy_file(tu_fixture_path("distilbert-tiny/model.safetensors"), tpath("model.safetensors"));
-    write_text(tpath("config.json"), "{\"model_type\": \"distilbert\", \"vocab_size\": 1099511627776, \"dim\": 4194304, \"n_heads\": 16}");
+    copy_file(tu_fixture_path("distilbert-tiny/model.safetensors"), tu_scratch_path("model.safetensors"));
+    tu_write_text(tu_scratch_path("config.json"), "{\"model_type\": \"distilbert\", \"vocab_size\": 1099511627776, \"dim\": 4194304, \"n_heads\": 16}");
     ck_assert_int_eq(load_tmp(), EM_ERR_INVALID);
     ck_assert_msg(strstr(em_last_error(), "config.json: the model this config describes has") &&
                       strstr(em_last_error(), "vocab_size 1099511627776 x dim 4194304"), "%s", em_last_error());
-    write_text(tpath("config.json"), "{\"model_type\": \"distilbert\", \"n_layers\": 1000000}");
+    tu_write_text(tu_scratch_path("config.json"), "{\"model_type\": \"distilbert\", \"n_layers\": 1000000}");
     ck_assert_int_eq(load_tmp(), EM_ERR_INVALID);
     ck_assert_msg(strstr(em_last_error(), "n_layers 1000000 x"), "%s", em_last_error());
     /* EMBER_MAX_MODEL_BYTES sets the limit: the tiny model (~0.4 MB) is refused under 1000 bytes */
     snprintf(cfg, sizeof cfg, tiny_config, 64);
-    write_text(tpath("config.json"), cfg);
+    tu_write_text(tu_scratch_path("config.json"), cfg);
     setenv("EMBER_MAX_MODEL_BYTES", "1000", 1);
     ck_assert_int_eq(load_tmp(), EM_ERR_INVALID);
     ck_assert_msg(strstr(em_last_error(), "more than EMBER_MAX_MODEL_BYTES"), "%s", em_last_error());
@@ -664,7 +611,7 @@ START_TEST(bad_folders_return_clear_errors)
     em_module *m = NULL;
     ck_status(em_seqcls_from_pretrained("/nonexistent/ember-model", NULL, &m, NULL), EM_ERR_NOT_FOUND);
     ck_assert_ptr_nonnull(strstr(em_last_error(), "/nonexistent/ember-model/config.json"));
-    remove_tmpdir();
+    tu_scratch_remove();
     ck_assert_int_eq(tu_live_bytes(), base);
 }
 END_TEST
@@ -685,7 +632,7 @@ START_TEST(out_of_memory_anywhere_in_loading_and_saving)
     int64_t base = tu_live_bytes();
     char dir[512];
     snprintf(dir, sizeof dir, "%s", tu_fixture_path("distilbert-tiny-mlm"));
-    make_tmpdir();
+    ck_assert_ptr_nonnull(tu_scratch_new("db"));
     int n_ok = 0, n_oom = 0;
     for (int64_t n = 1; n < 100000 && n_ok == 0; n += 1 + n / 64) {
         em_distilbert_seqcls *m = NULL;
@@ -710,13 +657,13 @@ START_TEST(out_of_memory_anywhere_in_loading_and_saving)
     ck_status(em_distilbert_seqcls_from_pretrained(dir, NULL, &m, NULL), EM_OK);
     for (int64_t n = 1; n < 10000; n++) {
         em_alloc_fail_after(n, true);
-        em_status s = em_save_pretrained(&m->base, tpath("oom"));
+        em_status s = em_save_pretrained(&m->base, tu_scratch_path("oom"));
         em_alloc_fail_after(0, false);
         if (s == EM_OK) break;
         ck_assert_msg(s == EM_ERR_OOM, "allocation %lld: %s: %s", (long long)n, em_status_name(s), em_last_error());
     }
     em_module_free(&m->base);
-    remove_tmpdir();
+    tu_scratch_remove();
     ck_assert_int_eq(tu_live_bytes(), base);
 }
 END_TEST

@@ -41,40 +41,11 @@ static void expect_close(const char *what, em_tensor *got, em_tensor *want)
                   em_dtype_name(want->dtype));
 }
 
-/* The whole file as a malloc'd string (NULL if it cannot be read). */
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    size_t got = fread(s, 1, (size_t)n, f);
-    s[got] = 0;
-    fclose(f);
-    return s;
-}
-
 static int count(const char *hay, const char *needle)
 {
     int n = 0;
     for (const char *p = strstr(hay, needle); p; p = strstr(p + 1, needle)) n++;
     return n;
-}
-
-static char tmpdir[64];
-static void make_tmpdir(void)
-{
-    strcpy(tmpdir, "/tmp/ember-dot-XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(tmpdir));
-}
-
-static const char *in_tmp(const char *name)
-{
-    static char buf[128];
-    snprintf(buf, sizeof buf, "%s/%s", tmpdir, name);
-    return buf;
 }
 
 /* ---- the PyTorch fixture ------------------------------------------------------- */
@@ -163,14 +134,14 @@ END_TEST
 /* A diamond: a feeds mul twice and add once; the leaf must be drawn once. */
 START_TEST(dot_labels_and_dedup)
 {
-    make_tmpdir();
+    ck_assert_ptr_nonnull(tu_scratch_new("dot"));
     EM_SCOPE {
         em_tensor *a = em_requires_grad_(em_ones(EM_SHAPE(2, 3), EM_F64, EM_CPU), true);
         em_tensor *c = em_ones(EM_SHAPE(2, 3), EM_F64, EM_CPU);   /* no grad: a grey input */
         em_tensor *s = em_sum(em_add(em_mul(a, a), em_mul(a, c)), 0, NULL, true);
-        const char *path = in_tmp("g.dot");
+        const char *path = tu_scratch_path("g.dot");
         ck_assert_int_eq(em_graph_dot(s, path), EM_OK);
-        char *dot = slurp(path);
+        char *dot = tu_read_file(path, NULL);
         ck_assert_ptr_nonnull(dot);
         ck_assert_msg(!strncmp(dot, "digraph ember {", 15) && strstr(dot, "}\n"), "not a digraph:\n%s", dot);
         ck_assert_msg(strstr(dot, "\"mul\\n[2,3] float64\""), "no mul box:\n%s", dot);
@@ -191,38 +162,38 @@ START_TEST(dot_labels_and_dedup)
 
         /* a leaf alone is one ellipse; rewriting replaces the file */
         ck_assert_int_eq(em_graph_dot(a, path), EM_OK);
-        dot = slurp(path);
+        dot = tu_read_file(path, NULL);
         ck_assert_int_eq(count(dot, "requires_grad"), 1);
         ck_assert_int_eq(count(dot, " -> "), 0);
         free(dot);
         unlink(path);
     }
-    rmdir(tmpdir);
+    tu_scratch_remove();
 }
 END_TEST
 
 START_TEST(dot_of_a_long_chain)
 {
-    make_tmpdir();
+    ck_assert_ptr_nonnull(tu_scratch_new("dot"));
     EM_SCOPE {
         em_tensor *x = em_requires_grad_(em_ones(EM_SHAPE(4), EM_F32, EM_CPU), true);
         em_tensor *h = x;
         for (int i = 0; i < 10000; i++) h = em_neg(h);
-        const char *path = in_tmp("chain.dot");
+        const char *path = tu_scratch_path("chain.dot");
         ck_assert_int_eq(em_graph_dot(h, path), EM_OK);
-        char *dot = slurp(path);
+        char *dot = tu_read_file(path, NULL);
         ck_assert_int_eq(count(dot, "\"neg\\n[4] float32\""), 10000);
         ck_assert_int_eq(count(dot, " -> "), 10001);
         free(dot);
         unlink(path);
     }
-    rmdir(tmpdir);
+    tu_scratch_remove();
 }
 END_TEST
 
 START_TEST(dot_failures_name_the_path)
 {
-    make_tmpdir();
+    ck_assert_ptr_nonnull(tu_scratch_new("dot"));
     EM_SCOPE {
         em_tensor *a = em_requires_grad_(em_ones(EM_SHAPE(3), EM_F32, EM_CPU), true);
         em_tensor *s = em_sum(em_mul(a, a), 0, NULL, false);
@@ -236,7 +207,7 @@ START_TEST(dot_failures_name_the_path)
 
         /* the path is a directory: the temporary is written, the rename fails and is cleaned up */
         char dir[96], tmp[160];
-        snprintf(dir, sizeof dir, "%s/adir", tmpdir);
+        snprintf(dir, sizeof dir, "%s/adir", tu_scratch());
         ck_assert_int_eq(mkdir(dir, 0700), 0);
         ck_assert_int_eq(em_graph_dot(s, dir), EM_ERR_IO);
         ck_assert_msg(strstr(em_last_error(), dir), "message does not name the path: %s", em_last_error());
@@ -245,7 +216,7 @@ START_TEST(dot_failures_name_the_path)
         rmdir(dir);
 
         /* out of memory at each allocation in turn: a status, no file, no leak (ASan/valgrind) */
-        const char *path = in_tmp("oom.dot");
+        const char *path = tu_scratch_path("oom.dot");
         int failures = 0;
         for (int64_t k = 1; k < 100; k++) {
             em_alloc_fail_after(k, false);
@@ -261,7 +232,7 @@ START_TEST(dot_failures_name_the_path)
         ck_assert_int_eq(access(path, F_OK), 0);
         unlink(path);
     }
-    rmdir(tmpdir);
+    tu_scratch_remove();
 }
 END_TEST
 

@@ -81,28 +81,14 @@ static bool bit_equal(em_tensor *a, em_tensor *b)
            !memcmp(em_data_ptr(a), em_data_ptr(b), (size_t)em_numel(a) * em_dtype_size(a->dtype));
 }
 
-static char tmpdir[64];
+/* scratch/name; the first call of a test makes the scratch directory */
 static const char *tmp_path(const char *name)
 {
-    static char buf[8][128];
-    static int k;
-    if (!tmpdir[0]) {
-        strcpy(tmpdir, "/tmp/ember-optim-XXXXXX");
-        ck_assert_ptr_nonnull(mkdtemp(tmpdir));
-    }
-    char *b = buf[k++ % 8];
-    snprintf(b, 128, "%s/%s", tmpdir, name);
-    return b;
+    if (!tu_scratch()[0]) ck_assert_ptr_nonnull(tu_scratch_new("optim"));
+    return tu_scratch_path(name);
 }
 
-static void cleanup_tmp(void)
-{
-    if (!tmpdir[0]) return;
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    ck_assert_int_eq(system(cmd), 0);
-    tmpdir[0] = 0;
-}
+static void cleanup_tmp(void) { ck_assert_int_eq(tu_scratch_remove(), 0); }
 
 /* ---- torch trajectories ----------------------------------------------------------------- */
 typedef struct run_cfg {

@@ -143,19 +143,6 @@ START_TEST(free_null_and_unused)
 }
 END_TEST
 
-static char *read_file(const char *path)
-{
-    FILE *f = fopen(path, "r");
-    ck_assert_ptr_nonnull(f);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    rewind(f);
-    char *s = calloc((size_t)n + 1, 1);
-    ck_assert_int_eq(fread(s, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
-    return s;
-}
-
 START_TEST(logger_lines)
 {
     char path[] = "/tmp/ember_test_log_XXXXXX";
@@ -169,7 +156,7 @@ START_TEST(logger_lines)
     ck_assert_int_eq(em_logger_log(lg, 2, 3, names, (double[]){NAN, INFINITY, 0.1}), EM_OK);
     ck_assert_int_eq(em_logger_log(lg, 3, 0, names, NULL), EM_OK);
     /* flushed at once: readable before the logger is freed */
-    char *s = read_file(path);
+    char *s = tu_read_file(path, NULL);
     ck_assert_str_eq(s, "{\"step\": 1, \"loss\": 0.5, \"lr\": 2.0000000000000002e-05}\n"
                         "{\"step\": 2, \"loss\": null, \"lr\": null, \"we\\\"ird\\\\name\\u000a\": 0.10000000000000001}\n"
                         "{\"step\": 3}\n");
@@ -180,7 +167,7 @@ START_TEST(logger_lines)
     ck_assert_int_eq(em_logger_log(lg, 4, 1, names, (double[]){-1.25}), EM_OK);
     ck_assert_int_eq(em_logger_log_scalar(lg, 5, "acc", 0.75), EM_OK);   /* one name, one value */
     em_logger_free(lg);
-    s = read_file(path);
+    s = tu_read_file(path, NULL);
     ck_assert_int_eq(count_lines(s), 5);
     ck_assert_msg(strstr(s, "{\"step\": 3}\n{\"step\": 4, \"loss\": -1.25}\n{\"step\": 5, \"acc\": 0.75}\n"), "got: %s", s);
     free(s);
@@ -346,9 +333,9 @@ END_TEST
 
 START_TEST(tensorboard_events)
 {
-    char dir[] = "/tmp/ember_test_tb_XXXXXX";
-    ck_assert_ptr_nonnull(mkdtemp(dir));
-    char logdir[64];
+    const char *dir = tu_scratch_new("tb");
+    ck_assert_ptr_nonnull(dir);
+    char logdir[600];
     snprintf(logdir, sizeof logdir, "%s/run1", dir);   /* created by the writer */
     em_tb_writer *w = em_tb_writer_new(NULL, logdir);
     ck_assert_msg(w, "%s", em_last_error());
@@ -377,9 +364,7 @@ START_TEST(tensorboard_events)
     ck_assert(ev[3].step == 1LL << 40 && ev[3].values[0] == -1.5f);
     ck_assert(ev[3].wall >= ev[1].wall);
     em_tb_writer_free(w);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    ck_assert_int_eq(system(cmd), 0);
+    ck_assert_int_eq(tu_scratch_remove(), 0);
 }
 END_TEST
 

@@ -5,7 +5,6 @@
 #include "check_util.h"
 
 #include <dirent.h>
-#include <ftw.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,19 +17,11 @@
 #define RUNNING_ON_VALGRIND 0
 #endif
 
-static char tmpdir[256];
-
-/* Writes len bytes to tmpdir/name; returns the path (a ring of 8 buffers). */
+/* Writes len bytes to scratch/name; returns the path (tu_scratch_path's ring of 8). */
 static const char *tmp_file_n(const char *name, const char *content, size_t len)
 {
-    static char paths[8][512];
-    static int k;
-    char *p = paths[k++ & 7];
-    snprintf(p, 512, "%s/%s", tmpdir, name);
-    FILE *f = fopen(p, "wb");
-    ck_assert_ptr_nonnull(f);
-    ck_assert_uint_eq(fwrite(content, 1, len, f), len);
-    fclose(f);
+    const char *p = tu_scratch_path(name);
+    tu_write_file(p, content, len);
     return p;
 }
 static const char *tmp_file(const char *name, const char *content) { return tmp_file_n(name, content, strlen(content)); }
@@ -277,9 +268,9 @@ START_TEST(test_tsv_errors)
     p = tmp_file("e5.tsv", "\n\r\n");
     expect_fail(em_table_read_tsv(p, NULL, &t), EM_ERR_FORMAT, "%s: empty file: no header line", p);
     char missing[600];
-    snprintf(missing, sizeof missing, "%s/nope.tsv", tmpdir);
+    snprintf(missing, sizeof missing, "%s/nope.tsv", tu_scratch());
     expect_fail(em_table_read_tsv(missing, NULL, &t), EM_ERR_NOT_FOUND, "%s: No such file or directory", missing);
-    expect_fail(em_table_read_tsv(tmpdir, NULL, &t), EM_ERR_IO, "%s: read error: Is a directory", tmpdir);
+    expect_fail(em_table_read_tsv(tu_scratch(), NULL, &t), EM_ERR_IO, "%s: read error: Is a directory", tu_scratch());
 }
 END_TEST
 
@@ -729,21 +720,6 @@ static void expect_clean(em_status st, em_table **tp, const em_tokenizer *tok)
     else walk_table(t, tok);
 }
 
-static char *read_all(const char *path, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    ck_assert_ptr_nonnull(f);
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)len + 1);
-    ck_assert_uint_eq(fread(s, 1, (size_t)len, f), (size_t)len);
-    fclose(f);
-    s[len] = 0;
-    *n = (size_t)len;
-    return s;
-}
-
 /* The same calls as tools/fuzz/fuzz_tokenizer.c. */
 static void tokenizer_input(const em_tokenizer *tok, const char *s)
 {
@@ -794,7 +770,7 @@ START_TEST(test_fuzz_regress)
                 expect_clean(em_table_read_jsonl(path, fields, 2, &t), &t, toks[0]);
             } else {
                 size_t n;
-                char *s = read_all(path, &n);
+                char *s = tu_read_file(path, &n);
                 for (int c = 0; c < 2; c++) tokenizer_input(toks[c], s);
                 free(s);
             }
@@ -821,17 +797,10 @@ static Suite *make_suite(void)
     return s;
 }
 
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb; (void)flag; (void)ftw;
-    return remove(path);
-}
-
 int main(void)
 {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/ember-readers-XXXXXX");
-    if (!mkdtemp(tmpdir)) { perror("mkdtemp"); return 1; }
+    if (!tu_scratch_new("readers")) { perror("mkdtemp"); return 1; }
     int rc = tu_run_suite(make_suite());
-    nftw(tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    tu_scratch_remove();
     return rc;
 }

@@ -11,7 +11,6 @@
 #include "check_util.h"
 #include "data/data.h"
 
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -373,17 +372,11 @@ START_TEST(invalid_utf8)
 END_TEST
 
 /* ---- vocabulary files ------------------------------------------------------------ */
-static char tmpdir[256];
-
-/* Writes tmpdir/name (tmpdir is made by main, before the forks). */
+/* Writes scratch/name (the scratch directory is made by main, before the forks). */
 static const char *write_vocab(const char *name, const char *content, size_t n)
 {
-    static char path[512];
-    snprintf(path, sizeof path, "%s/%s", tmpdir, name);
-    FILE *f = fopen(path, "wb");
-    ck_assert_ptr_nonnull(f);
-    ck_assert_int_eq(fwrite(content, 1, n, f), n);
-    fclose(f);
+    const char *path = tu_scratch_path(name);
+    tu_write_file(path, content, n);
     return path;
 }
 #define VOCAB(name, lit) write_vocab(name, lit, sizeof lit - 1)
@@ -572,20 +565,6 @@ END_TEST
 /* ---- the ember tokenize command ----------------------------------------------------- */
 static char cli[1024];
 
-static char *run_cli(const char *args, const char *input, int *status)
-{
-    char cmd[2048], inpath[600];
-    snprintf(inpath, sizeof inpath, "%s", write_vocab("cli-input.txt", input, strlen(input)));
-    snprintf(cmd, sizeof cmd, "'%s' tokenize %s < '%s' 2>&1", cli, args, inpath);
-    FILE *f = popen(cmd, "r");
-    ck_assert_ptr_nonnull(f);
-    static char out[8192];
-    size_t n = fread(out, 1, sizeof out - 1, f);
-    out[n] = 0;
-    *status = pclose(f);
-    return out;
-}
-
 START_TEST(cli_tokenize)
 {
     ck_assert_msg(access(cli, X_OK) == 0, "no ember binary at %s", cli);
@@ -593,21 +572,21 @@ START_TEST(cli_tokenize)
     char args[1024];
     int st;
     snprintf(args, sizeof args, "--vocab '%s'", vocab);
-    char *out = run_cli(args, "hide new secretions from the parental units \nIt's OK!\n\n", &st);
+    char *out = tu_run_ember(cli, "tokenize", args, "hide new secretions from the parental units \nIt's OK!\n\n", &st);
     ck_assert_int_eq(st, 0);
     ck_assert_str_eq(out, "101 5342 2047 3595 8496 2013 1996 18643 3197 102\n101 2009 1005 1055 7929 999 102\n101 102\n");
     snprintf(args, sizeof args, "--vocab '%s' --pair --max-length 6", vocab);
-    out = run_cli(args, "a b c d\te f\n", &st);
+    out = tu_run_ember(cli, "tokenize", args, "a b c d\te f\n", &st);
     ck_assert_int_eq(st, 0);
     ck_assert_str_eq(out, "101 1037 1038 102 1041 102\n");
-    out = run_cli("--vocab", "", &st);
+    out = tu_run_ember(cli, "tokenize", "--vocab", "", &st);
     ck_assert_int_eq(WEXITSTATUS(st), 2);
     ck_assert_ptr_nonnull(strstr(out, "usage"));
     snprintf(args, sizeof args, "--vocab '%s' --bogus", vocab);
-    out = run_cli(args, "", &st);
+    out = tu_run_ember(cli, "tokenize", args, "", &st);
     ck_assert_int_eq(WEXITSTATUS(st), 2);
     snprintf(args, sizeof args, "--vocab '%s'", vocab);
-    out = run_cli(args, "fine\nbad \377\n", &st);
+    out = tu_run_ember(cli, "tokenize", args, "fine\nbad \377\n", &st);
     ck_assert_int_eq(WEXITSTATUS(st), 1);
     ck_assert_ptr_nonnull(strstr(out, "line 2"));
     ck_assert_ptr_nonnull(strstr(out, "byte offset 4"));
@@ -630,27 +609,10 @@ static Suite *make_suite(void)
 
 int main(int argc, char **argv)
 {
-    /* The ember binary: $EMBER_CLI, else ../cli/ember beside this test's build dir. */
-    const char *env = getenv("EMBER_CLI");
-    if (env && *env) {
-        snprintf(cli, sizeof cli, "%s", env);
-    } else {
-        const char *slash = strrchr(argv[0], '/');
-        int dir = slash ? (int)(slash - argv[0]) : 1;
-        snprintf(cli, sizeof cli, "%.*s/../cli/ember", dir, slash ? argv[0] : ".");
-    }
     (void)argc;
-    const char *root = getenv("TMPDIR");
-    snprintf(tmpdir, sizeof tmpdir, "%s/ember-tok-XXXXXX", root && *root ? root : "/tmp");
-    if (!mkdtemp(tmpdir)) { perror(tmpdir); return 1; }
+    tu_find_ember(cli, sizeof cli, argv[0]);
+    if (!tu_scratch_new("tok")) { perror("mkdtemp"); return 1; }
     int rc = tu_run_suite(make_suite());
-    DIR *d = opendir(tmpdir);   /* what failed tests left behind */
-    for (struct dirent *de; d && (de = readdir(d));) {
-        char p[600];
-        snprintf(p, sizeof p, "%s/%s", tmpdir, de->d_name);
-        if (de->d_name[0] != '.') unlink(p);
-    }
-    if (d) closedir(d);
-    rmdir(tmpdir);
+    tu_scratch_remove();   /* with what failed tests left behind */
     return rc;
 }

@@ -19,39 +19,11 @@
 #include <time.h>
 #include <unistd.h>
 
-static char tmpdir[256];
-
 /* ---- files ------------------------------------------------------------------------ */
-static char *slurp(const char *path, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    ck_assert_msg(f, "cannot open %s", path);
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)len + 1);
-    ck_assert_int_eq(fread(buf, 1, (size_t)len, f), (size_t)len);
-    buf[len] = 0;
-    fclose(f);
-    if (n) *n = (size_t)len;
-    return buf;
-}
-
-static void spit(const char *path, const char *data)
-{
-    FILE *f = fopen(path, "wb");
-    ck_assert_msg(f, "cannot write %s", path);
-    fputs(data, f);
-    fclose(f);
-}
-
-/* A fresh directory tmpdir/name (emptied if it exists); returns its path (static ring of 4). */
+/* A fresh directory scratch/name (emptied if it exists); returns its path (tu_scratch_path's ring). */
 static const char *scratch(const char *name)
 {
-    static char bufs[4][512];
-    static int k;
-    char *p = bufs[k++ & 3];
-    snprintf(p, 512, "%s/%s", tmpdir, name);
+    const char *p = tu_scratch_path(name);
     DIR *d = opendir(p);
     for (struct dirent *de; d && (de = readdir(d));) {
         char q[800];
@@ -60,16 +32,6 @@ static const char *scratch(const char *name)
     }
     if (d) closedir(d);
     mkdir(p, 0755);
-    return p;
-}
-
-/* tmpdir/name without touching it (static ring of 4). */
-static const char *tmp_path(const char *name)
-{
-    static char bufs[4][512];
-    static int k;
-    char *p = bufs[k++ & 3];
-    snprintf(p, 512, "%s/%s", tmpdir, name);
     return p;
 }
 
@@ -282,7 +244,7 @@ END_TEST
  * fresh directory; config (may be NULL) becomes tokenizer_config.json. Returns the directory. */
 static const char *edited(const char *name, const char *from, const char *to, const char *config)
 {
-    char *src = slurp(fixture("tokenizer-json/bert_uncased/tokenizer.json"), NULL);
+    char *src = tu_read_file(fixture("tokenizer-json/bert_uncased/tokenizer.json"), NULL);
     const char *dir = scratch(name);
     char path[600];
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
@@ -294,15 +256,15 @@ static const char *edited(const char *name, const char *from, const char *to, co
         memcpy(out, src, a);
         memcpy(out + a, to, tl);
         memcpy(out + a + tl, at + fl, n - a - fl + 1);
-        spit(path, out);
+        tu_write_text(path, out);
         free(out);
     } else {
-        spit(path, src);
+        tu_write_text(path, src);
     }
     free(src);
     if (config) {
         snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
-        spit(path, config);
+        tu_write_text(path, config);
     }
     return dir;
 }
@@ -392,13 +354,13 @@ START_TEST(malformed_files)
     dir = scratch("array");
     char path[700];
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
-    spit(path, "[1, 2]");
+    tu_write_text(path, "[1, 2]");
     expect_error_in(dir, "tokenizer.json", EM_ERR_FORMAT, "expected a JSON object at the top level, not an array");
-    spit(path, "");
+    tu_write_text(path, "");
     expect_error_in(dir, "tokenizer.json", EM_ERR_FORMAT, "malformed JSON at line 1, column 1");
-    spit(path, "{} x");
+    tu_write_text(path, "{} x");
     expect_error_in(dir, "tokenizer.json", EM_ERR_FORMAT, "data after the object");
-    spit(path, "{}");
+    tu_write_text(path, "{}");
     expect_error_in(dir, "tokenizer.json", EM_ERR_FORMAT, "model must be an object, not missing");
 
     /* wrong field types */
@@ -455,21 +417,21 @@ START_TEST(malformed_files)
     expect_error_in(dir, "tokenizer_config.json", EM_ERR_FORMAT, "model_max_length is -3");
     dir = edited("map_bad", NULL, NULL, "{\"tokenizer_class\": \"BertTokenizer\"}");
     snprintf(path, sizeof path, "%s/special_tokens_map.json", dir);
-    spit(path, "{\"unk_token\": [\"[UNK]\"]}");
+    tu_write_text(path, "{\"unk_token\": [\"[UNK]\"]}");
     expect_error_in(dir, "special_tokens_map.json", EM_ERR_FORMAT, "unk_token must be a string");
-    spit(path, "{\"unk_token\": null}");
+    tu_write_text(path, "{\"unk_token\": null}");
     expect_error(dir, EM_ERR_FORMAT, "no unk_token is set by");
 
     /* vocab.txt folders keep em_tokenizer_load's messages */
     dir = scratch("vocab_dup");
     snprintf(path, sizeof path, "%s/vocab.txt", dir);
-    spit(path, "[PAD]\n[UNK]\n[CLS]\n[SEP]\nx\nx\n");
+    tu_write_text(path, "[PAD]\n[UNK]\n[CLS]\n[SEP]\nx\nx\n");
     snprintf(want, sizeof want, "%s/vocab.txt:6: duplicate token \"x\" (first on line 5)", dir);
     expect_error(dir, EM_ERR_FORMAT, want);
     snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
-    spit(path, "{\"pad_token\": \"[P]\"}");
+    tu_write_text(path, "{\"pad_token\": \"[P]\"}");
     snprintf(path, sizeof path, "%s/vocab.txt", dir);
-    spit(path, "[PAD]\n[UNK]\n[CLS]\n[SEP]\nx\n");
+    tu_write_text(path, "[PAD]\n[UNK]\n[CLS]\n[SEP]\nx\n");
     expect_error(dir, EM_ERR_FORMAT, "vocab.txt: the vocabulary has no [P] token (the pad_token set by");
 }
 END_TEST
@@ -529,7 +491,7 @@ static void same_files(const char *a, const char *b)
         snprintf(pa, sizeof pa, "%s/%s", a, FILES[i]);
         snprintf(pb, sizeof pb, "%s/%s", b, FILES[i]);
         size_t na, nb;
-        char *x = slurp(pa, &na), *y = slurp(pb, &nb);
+        char *x = tu_read_file(pa, &na), *y = tu_read_file(pb, &nb);
         ck_assert_msg(na == nb && !memcmp(x, y, na), "%s and %s differ", pa, pb);
         free(x);
         free(y);
@@ -585,9 +547,9 @@ START_TEST(resave_identical)
     char path[700];
     t = load_dir(dir, NULL);
     save(t, scratch("rt-x"));
-    snprintf(path, sizeof path, "%s/tokenizer.json", tmp_path("rt-x"));
+    snprintf(path, sizeof path, "%s/tokenizer.json", tu_scratch_path("rt-x"));
     em_tokenizer_free(t);
-    char *text = slurp(path, NULL);
+    char *text = tu_read_file(path, NULL);
     ck_assert_ptr_nonnull(strstr(text, "\"Fixed\":\t9"));
     ck_assert_ptr_nonnull(strstr(text, "\"max_length\":\t6"));
     free(text);
@@ -661,9 +623,9 @@ START_TEST(roundtrip)
     ck_assert_msg(bad == 0, "roundtrip_ids.tsv: %d of %d rows differ", bad, rows);
     em_tokenizer_free(t);
     /* and saving it again gives the same files */
-    t = load_dir(tmp_path("roundtrip"), NULL);
+    t = load_dir(tu_scratch_path("roundtrip"), NULL);
     save(t, scratch("roundtrip-2"));
-    same_files(tmp_path("roundtrip"), tmp_path("roundtrip-2"));
+    same_files(tu_scratch_path("roundtrip"), tu_scratch_path("roundtrip-2"));
     em_tokenizer_free(t);
 }
 END_TEST
@@ -673,7 +635,7 @@ START_TEST(save_errors)
     char path[700];
     const char *dir = scratch("save_err");
     snprintf(path, sizeof path, "%s/file", dir);
-    spit(path, "x");
+    tu_write_text(path, "x");
     em_tokenizer *t = load_dir(fixture("tokenizer-json/bert_uncased"), NULL);
     char sub[800];
     snprintf(sub, sizeof sub, "%s/below", path);
@@ -722,7 +684,7 @@ START_TEST(mutations)
     const char *env = getenv("EMBER_TOKJSON_MUTATIONS");
     int count = env && atoi(env) > 0 ? atoi(env) : 400;
     size_t n;
-    char *src = slurp(fixture("tokenizer-json/sequence/tokenizer.json"), &n);
+    char *src = tu_read_file(fixture("tokenizer-json/sequence/tokenizer.json"), &n);
     const char *dir = scratch("mutations");
     char path[700];
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
@@ -767,7 +729,7 @@ START_TEST(mutations)
         if (tu_next(&s) & 1) cfg[at] = (char)(1 + tu_next(&s) % 255);
         else cfg[at] = 0;
         snprintf(cpath, sizeof cpath, "%s/tokenizer_config.json", dir);
-        if (iter & 1) spit(cpath, cfg);
+        if (iter & 1) tu_write_text(cpath, cfg);
         else unlink(cpath);
         em_tokenizer *t = NULL;
         em_status st = em_tokenizer_from_pretrained(dir, NULL, &t);
@@ -791,45 +753,30 @@ END_TEST
 /* ---- the ember tokenize command: --tokenizer DIR, --save DIR ------------------------------- */
 static char cli[1024];
 
-static char *run_cli(const char *args, const char *input, int *status)
-{
-    char cmd[4096], in[700];
-    snprintf(in, sizeof in, "%s/cli-input.txt", tmpdir);
-    spit(in, input);
-    snprintf(cmd, sizeof cmd, "'%s' tokenize %s < '%s' 2>&1", cli, args, in);
-    FILE *f = popen(cmd, "r");
-    ck_assert_ptr_nonnull(f);
-    static char out[8192];
-    size_t n = fread(out, 1, sizeof out - 1, f);
-    out[n] = 0;
-    *status = pclose(f);
-    return out;
-}
-
 START_TEST(cli_tokenizer_dir)
 {
     ck_assert_msg(access(cli, X_OK) == 0, "no ember binary at %s", cli);
     char args[2048];
     int st;
     snprintf(args, sizeof args, "--tokenizer '%s'", fixture("tokenizer-json/bert_uncased"));
-    char *out = run_cli(args, "Hello, World!\ndon't stop!!\n", &st);
+    char *out = tu_run_ember(cli, "tokenize", args, "Hello, World!\ndon't stop!!\n", &st);
     ck_assert_int_eq(st, 0);
     ck_assert_str_eq(out, "3 374 17 331 6 4\n3 392 12 89 88 167 162 163 6 6 4\n");
     const char *dir = scratch("cli-save");
     snprintf(args, sizeof args, "--vocab '%s' --save '%s'", tu_shared_path("bert-base-uncased/vocab.txt"), dir);
-    out = run_cli(args, "", &st);
+    out = tu_run_ember(cli, "tokenize", args, "", &st);
     ck_assert_msg(st == 0, "%s", out);
     ck_assert_str_eq(out, "");
     snprintf(args, sizeof args, "--tokenizer '%s'", dir);
-    out = run_cli(args, "hide new secretions from the parental units \n", &st);
+    out = tu_run_ember(cli, "tokenize", args, "hide new secretions from the parental units \n", &st);
     ck_assert_int_eq(st, 0);
     ck_assert_str_eq(out, "101 5342 2047 3595 8496 2013 1996 18643 3197 102\n");
     snprintf(args, sizeof args, "--tokenizer '%s' --vocab x", dir);
-    out = run_cli(args, "", &st);
+    out = tu_run_ember(cli, "tokenize", args, "", &st);
     ck_assert_int_eq(WEXITSTATUS(st), 2);
     ck_assert_ptr_nonnull(strstr(out, "exclude each other"));
     snprintf(args, sizeof args, "--tokenizer '%s'", fixture("tokenizer-json/bpe"));
-    out = run_cli(args, "x\n", &st);
+    out = tu_run_ember(cli, "tokenize", args, "x\n", &st);
     ck_assert_int_eq(WEXITSTATUS(st), 1);
     ck_assert_ptr_nonnull(strstr(out, "model type BPE is not supported"));
 }
@@ -862,38 +809,12 @@ static Suite *make_suite(void)
     return s;
 }
 
-/* Removes dir and everything below it. */
-static void remove_tree(const char *dir)
-{
-    DIR *d = opendir(dir);
-    for (struct dirent *de; d && (de = readdir(d));) {
-        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
-        char p[1024];
-        snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
-        struct stat sb;
-        if (lstat(p, &sb) == 0 && S_ISDIR(sb.st_mode)) remove_tree(p);
-        else unlink(p);
-    }
-    if (d) closedir(d);
-    rmdir(dir);
-}
-
 int main(int argc, char **argv)
 {
-    /* The ember binary: $EMBER_CLI, else ../cli/ember beside this test's build dir. */
-    const char *env = getenv("EMBER_CLI");
-    if (env && *env) {
-        snprintf(cli, sizeof cli, "%s", env);
-    } else {
-        const char *slash = strrchr(argv[0], '/');
-        int dir = slash ? (int)(slash - argv[0]) : 1;
-        snprintf(cli, sizeof cli, "%.*s/../cli/ember", dir, slash ? argv[0] : ".");
-    }
     (void)argc;
-    const char *root = getenv("TMPDIR");
-    snprintf(tmpdir, sizeof tmpdir, "%s/ember-tokjson-XXXXXX", root && *root ? root : "/tmp");
-    if (!mkdtemp(tmpdir)) { perror(tmpdir); return 1; }
+    tu_find_ember(cli, sizeof cli, argv[0]);
+    if (!tu_scratch_new("tokjson")) { perror("mkdtemp"); return 1; }
     int rc = tu_run_suite(make_suite());
-    remove_tree(tmpdir);
+    tu_scratch_remove();
     return rc;
 }
