@@ -7,8 +7,7 @@
  *     gives the golden ids of ../shared/data/tokenizer-golden, and the ids that
  *     transformers gave for that folder (roundtrip_ids.tsv);
  *   - saving what was loaded from a saved folder gives byte-identical files. */
-#include "check_util.h"
-#include "data/data.h"
+#include "tok_util.h"
 
 #include <dirent.h>
 #include <stdio.h>
@@ -45,125 +44,6 @@ static const char *fixture(const char *name)
     return p;
 }
 
-/* ---- the TSV of cases: text, pair (\N: none), ids, type_ids ---------------------------- */
-typedef struct tcase {
-    char *text, *pair;
-    int32_t *ids, *types;
-    int n;
-} tcase;
-
-static char *unescape(const char *s)
-{
-    char *out = malloc(strlen(s) + 1), *o = out;
-    for (; *s; s++) {
-        if (*s != '\\') { *o++ = *s; continue; }
-        s++;
-        switch (*s) {
-        case 't': *o++ = '\t'; break;
-        case 'n': *o++ = '\n'; break;
-        case 'r': *o++ = '\r'; break;
-        case '\\': *o++ = '\\'; break;
-        case 'x': {
-            char hex[3] = { s[1], s[2], 0 };
-            *o++ = (char)strtol(hex, NULL, 16);
-            s += 2;
-            break;
-        }
-        default: ck_abort_msg("bad escape \\%c", *s);
-        }
-    }
-    *o = 0;
-    return out;
-}
-
-static int parse_ints(const char *s, int32_t **out)
-{
-    int cap = 16, n = 0;
-    int32_t *v = malloc((size_t)cap * sizeof *v);
-    char *end;
-    for (long x = strtol(s, &end, 10); end != s; x = strtol(s, &end, 10)) {
-        if (n == cap) v = realloc(v, (size_t)(cap *= 2) * sizeof *v);
-        v[n++] = (int32_t)x;
-        s = end;
-    }
-    *out = v;
-    return n;
-}
-
-static tcase *read_cases(const char *path, int *count)
-{
-    FILE *f = fopen(path, "r");
-    ck_assert_msg(f, "cannot open %s", path);
-    char *line = NULL;
-    size_t cap = 0;
-    ck_assert(getline(&line, &cap, f) > 0);   /* header */
-    tcase *c = NULL;
-    int n = 0;
-    while (getline(&line, &cap, f) > 0) {
-        line[strcspn(line, "\n")] = 0;
-        char *col[4] = { line };
-        int k = 1;
-        for (char *p = line; *p && k < 4; p++)
-            if (*p == '\t') { *p = 0; col[k++] = p + 1; }
-        ck_assert_int_eq(k, 4);
-        c = realloc(c, (size_t)(n + 1) * sizeof *c);
-        c[n].text = unescape(col[0]);
-        c[n].pair = strcmp(col[1], "\\N") ? unescape(col[1]) : NULL;
-        c[n].n = parse_ints(col[2], &c[n].ids);
-        ck_assert_int_eq(parse_ints(col[3], &c[n].types), c[n].n);
-        n++;
-    }
-    free(line);
-    fclose(f);
-    *count = n;
-    return c;
-}
-
-static void free_cases(tcase *c, int n)
-{
-    for (int i = 0; i < n; i++) {
-        free(c[i].text);
-        free(c[i].pair);
-        free(c[i].ids);
-        free(c[i].types);
-    }
-    free(c);
-}
-
-static char *ids_str(const int32_t *ids, int n)
-{
-    static char buf[4][4096];
-    static int k;
-    char *b = buf[k++ & 3];
-    size_t m = 0;
-    b[0] = 0;
-    for (int i = 0; i < n && m < 4000; i++) m += (size_t)snprintf(b + m, 4096 - m, i ? " %d" : "%d", ids[i]);
-    return b;
-}
-
-/* Encodes every case of tsv with t; returns the number that differ (the first few printed). */
-static int compare_cases(const em_tokenizer *t, const char *tsv, int *rows)
-{
-    int n, bad = 0;
-    tcase *c = read_cases(tsv, &n);
-    for (int i = 0; i < n; i++) {
-        em_encoding e;
-        em_status st = c[i].pair ? em_tokenizer_encode_pair(t, c[i].text, c[i].pair, NULL, &e)
-                                 : em_tokenizer_encode(t, c[i].text, NULL, &e);
-        ck_assert_msg(st == EM_OK, "%s row %d: %s", tsv, i, em_last_error());
-        bool same = e.len == c[i].n && !memcmp(e.ids, c[i].ids, (size_t)e.len * 4) &&
-                    !memcmp(e.type_ids, c[i].types, (size_t)e.len * 4);
-        if (!same && ++bad <= 8)
-            fprintf(stderr, "%s row %d \"%s\"%s%s%s\n  want %s\n  got  %s\n", tsv, i, c[i].text,
-                    c[i].pair ? " + \"" : "", c[i].pair ? c[i].pair : "", c[i].pair ? "\"" : "",
-                    ids_str(c[i].ids, c[i].n), ids_str(e.ids, e.len));
-        em_encoding_free(&e);
-    }
-    free_cases(c, n);
-    if (rows) *rows = n;
-    return bad;
-}
-
 static em_tokenizer *load_dir(const char *dir, const em_tokenizer_opts *o)
 {
     em_tokenizer *t = NULL;
@@ -178,7 +58,7 @@ static void check_folder(const char *name, const em_tokenizer_opts *o, const cha
     snprintf(dir, sizeof dir, "tokenizer-json/%s", name);
     snprintf(tsv, sizeof tsv, "tokenizer-json/%s.tsv", tsv_name ? tsv_name : name);
     em_tokenizer *t = load_dir(fixture(dir), o);
-    int rows, bad = compare_cases(t, fixture(tsv), &rows);
+    int rows, bad = tu_compare_cases(t, fixture(tsv), &rows);
     em_tokenizer_free(t);
     ck_assert_int_gt(rows, 60);
     ck_assert_msg(bad == 0, "%s: %d of %d rows differ from transformers", name, bad, rows);
@@ -455,7 +335,7 @@ START_TEST(pipelines)
                  "\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Punctuation\"}, {\"type\": \"Sequence\", "
                  "\"pretokenizers\": [{\"type\": \"WhitespaceSplit\"}]}]", NULL);
     t = load_dir(dir, NULL);
-    int rows, bad = compare_cases(t, fixture("tokenizer-json/bert_uncased.tsv"), &rows);
+    int rows, bad = tu_compare_cases(t, fixture("tokenizer-json/bert_uncased.tsv"), &rows);
     ck_assert_int_eq(bad, 0);
     em_tokenizer_free(t);
     REFUSE("nfc_late", "\"type\": \"BertNormalizer\"",
@@ -512,7 +392,7 @@ static void resave(const char *src, const char *name, const char *tsv)
     save(t, d2);
     same_files(d1, d2);
     if (tsv) {
-        int rows, bad = compare_cases(t, tsv, &rows);
+        int rows, bad = tu_compare_cases(t, tsv, &rows);
         ck_assert_msg(bad == 0, "%s saved and reloaded: %d of %d rows differ", name, bad, rows);
     }
     em_tokenizer_free(t);
@@ -578,35 +458,8 @@ static em_tokenizer *bert_json(const char *name)
 static void golden(const char *rel, int ncols, int text_col, int ids_col, int expect)
 {
     em_tokenizer *t = bert_json("golden");
-    FILE *f = fopen(tu_shared_path(rel), "r");
-    ck_assert_msg(f, "cannot open %s", tu_shared_path(rel));
-    char *line = NULL;
-    size_t cap = 0;
-    ck_assert(getline(&line, &cap, f) > 0);
-    int rows = 0, bad = 0;
-    while (getline(&line, &cap, f) > 0) {
-        line[strcspn(line, "\n")] = 0;
-        char *col[8] = { line };
-        int k = 1;
-        for (char *p = line; *p && k < ncols; p++)
-            if (*p == '\t') { *p = 0; col[k++] = p + 1; }
-        ck_assert_int_eq(k, ncols);
-        int32_t *want;
-        int nw = parse_ints(col[ids_col], &want);
-        em_encoding e;
-        ck_assert(em_tokenizer_encode(t, col[text_col], NULL, &e) == EM_OK);
-        if ((e.len != nw || memcmp(e.ids, want, (size_t)nw * 4)) && ++bad <= 5)
-            fprintf(stderr, "%s row %d \"%s\"\n  want %s\n  got  %s\n", rel, rows, col[text_col], ids_str(want, nw),
-                    ids_str(e.ids, e.len));
-        free(want);
-        em_encoding_free(&e);
-        rows++;
-    }
-    free(line);
-    fclose(f);
+    tu_check_golden(t, rel, ncols, text_col, ids_col, expect, "through the saved tokenizer.json");
     em_tokenizer_free(t);
-    ck_assert_int_eq(rows, expect);
-    ck_assert_msg(bad == 0, "%s: %d of %d rows differ through the saved tokenizer.json", rel, bad, rows);
 }
 
 START_TEST(golden_squad) { golden("tokenizer-golden/squad_questions_bert_base_uncased.tsv", 4, 1, 3, 10570); }
@@ -618,7 +471,7 @@ END_TEST
 START_TEST(roundtrip)
 {
     em_tokenizer *t = bert_json("roundtrip");
-    int rows, bad = compare_cases(t, fixture("tokenizer-json/roundtrip_ids.tsv"), &rows);
+    int rows, bad = tu_compare_cases(t, fixture("tokenizer-json/roundtrip_ids.tsv"), &rows);
     ck_assert_int_gt(rows, 200);
     ck_assert_msg(bad == 0, "roundtrip_ids.tsv: %d of %d rows differ", bad, rows);
     em_tokenizer_free(t);
