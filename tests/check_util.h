@@ -35,6 +35,10 @@ void tu_expect_tensor_close(const char *what, em_tensor *got, em_tensor *want, d
  * message contains `expected`, and exits with status 3 (failing the test,
  * which expects SIGABRT) after printing the message otherwise. */
 void tu_expect_misuse(const char *expected);
+/* A misuse test in one line: the body (statements; commas allowed) must end
+ * in a misuse message containing expected. Register it with tu_add_misuse_tests. */
+#define TU_MISUSE(name, expected, ...) \
+    START_TEST(name) { tu_expect_misuse(expected); __VA_ARGS__; } END_TEST
 /* Register a test that must end in SIGABRT. */
 #define tu_add_misuse_test(tc, fn) tcase_add_test_raise_signal(tc, fn, 6)
 

@@ -846,8 +846,7 @@ END_TEST
 
 /* ---- misuse --------------------------------------------------------------------------------- */
 
-#define MISUSE(name, expected, ...) \
-    START_TEST(name) { tu_expect_misuse(expected); __VA_ARGS__; } END_TEST
+#define MISUSE TU_MISUSE
 
 static em_tensor *f32(int64_t a, int64_t b) { return em_zeros(2, (int64_t[]){a, b}, EM_F32, EM_CPU); }
 static em_tensor *i64v(int64_t n, const int64_t *v) { return em_from_data(v, 1, &n, EM_I64); }
