@@ -268,25 +268,20 @@ START_TEST(test_large_fast_paths)
         for (int m = 1; m < 4; m++) check_float_ops(a, m, false);
         check_extremes(a);
         em_tensor *b = tu_rand_tensor(EM_SHAPE(150000, 3), EM_F32, -1, 1, 32, NULL);   /* narrow columns */
-        check_one(R_SUM, b, 1, 0, false, false);
-        check_one(R_VAR, b, 1, 1, true, false);
-        check_one(R_MAX, b, 1, 0, false, false);
-        check_one(R_SUM, b, 3, 0, false, true);
         em_tensor *c = tu_rand_tensor(EM_SHAPE(20000, 40), EM_F32, -1, 1, 33, NULL);    /* wide columns */
-        check_one(R_SUM, c, 1, 0, false, false);
-        check_one(R_LSE, c, 1, 0, false, false);
-        check_one(R_MIN, c, 1, 0, true, false);
-        check_one(R_ARGMAX, c, 1, 0, false, false);
-        check_one(R_NORM, c, 1, 2, false, false);
         em_tensor *d = tu_rand_tensor(EM_SHAPE(6, 20000, 5), EM_F64, -1, 1, 34, NULL);  /* middle dim */
-        check_one(R_SUM, d, 2, 0, false, false);
-        check_one(R_MEAN, d, 5, 0, true, false);
-        check_one(R_MAX, d, 2, 0, false, false);
-        check_one(R_SUM, em_transpose(d, 0, 2), 3, 0, false, false);
         em_tensor *h = tu_rand_tensor(EM_SHAPE(300, 700), EM_BF16, -1, 1, 35, NULL);
-        check_one(R_SUM, h, 1, 0, false, false);
-        check_one(R_SUM, h, 2, 0, false, false);
-        check_one(R_MAX, h, 1, 0, false, false);
+        const struct { int op; em_tensor *x; int mask; double param; bool keepdim, all_spelling; } cases[] = {
+            {R_SUM, b, 1, 0, false, false}, {R_VAR, b, 1, 1, true, false}, {R_MAX, b, 1, 0, false, false},
+            {R_SUM, b, 3, 0, false, true},
+            {R_SUM, c, 1, 0, false, false}, {R_LSE, c, 1, 0, false, false}, {R_MIN, c, 1, 0, true, false},
+            {R_ARGMAX, c, 1, 0, false, false}, {R_NORM, c, 1, 2, false, false},
+            {R_SUM, d, 2, 0, false, false}, {R_MEAN, d, 5, 0, true, false}, {R_MAX, d, 2, 0, false, false},
+            {R_SUM, em_transpose(d, 0, 2), 3, 0, false, false},
+            {R_SUM, h, 1, 0, false, false}, {R_SUM, h, 2, 0, false, false}, {R_MAX, h, 1, 0, false, false},
+        };
+        for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+            check_one(cases[i].op, cases[i].x, cases[i].mask, cases[i].param, cases[i].keepdim, cases[i].all_spelling);
     }
 }
 END_TEST
