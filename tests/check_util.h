@@ -75,6 +75,10 @@ const char *tu_scratch_new(const char *tag);
 const char *tu_scratch(void);
 const char *tu_scratch_path(const char *name);
 int tu_scratch_remove(void);
+/* tu_run_suite(s) with a fresh scratch directory (tu_scratch_new(tag)) that
+ * its tests share, removed after with what failed tests left in it; 1 when
+ * the directory cannot be made. */
+int tu_run_suite_scratch(Suite *s, const char *tag);
 /* Removes dir and everything below it (links themselves, not what they name);
  * 0, or -1 at the first failure. */
 int tu_remove_tree(const char *dir);

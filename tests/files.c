@@ -24,6 +24,17 @@ const char *tu_scratch_new(const char *tag)
 
 const char *tu_scratch(void) { return scratch; }
 
+int tu_run_suite_scratch(Suite *s, const char *tag)
+{
+    if (!tu_scratch_new(tag)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    int rc = tu_run_suite(s);
+    tu_scratch_remove();   /* with what failed tests left behind */
+    return rc;
+}
+
 const char *tu_scratch_path(const char *name)
 {
     static char bufs[8][1024];

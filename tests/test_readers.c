@@ -797,10 +797,4 @@ static Suite *make_suite(void)
     return s;
 }
 
-int main(void)
-{
-    if (!tu_scratch_new("readers")) { perror("mkdtemp"); return 1; }
-    int rc = tu_run_suite(make_suite());
-    tu_scratch_remove();
-    return rc;
-}
+int main(void) { return tu_run_suite_scratch(make_suite(), "readers"); }

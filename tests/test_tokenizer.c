@@ -530,8 +530,5 @@ int main(int argc, char **argv)
 {
     (void)argc;
     tu_find_ember(cli, sizeof cli, argv[0]);
-    if (!tu_scratch_new("tok")) { perror("mkdtemp"); return 1; }
-    int rc = tu_run_suite(make_suite());
-    tu_scratch_remove();   /* with what failed tests left behind */
-    return rc;
+    return tu_run_suite_scratch(make_suite(), "tok");
 }

@@ -666,8 +666,5 @@ int main(int argc, char **argv)
 {
     (void)argc;
     tu_find_ember(cli, sizeof cli, argv[0]);
-    if (!tu_scratch_new("tokjson")) { perror("mkdtemp"); return 1; }
-    int rc = tu_run_suite(make_suite());
-    tu_scratch_remove();
-    return rc;
+    return tu_run_suite_scratch(make_suite(), "tokjson");
 }
