@@ -168,22 +168,18 @@ START_TEST(vocab_lookup)
 {
     em_tokenizer *t = load_bert(NULL);
     ck_assert_int_eq(em_tokenizer_vocab_size(t), 30522);
-    ck_assert_int_eq(em_tokenizer_token_to_id(t, "the"), 1996);
-    ck_assert_int_eq(em_tokenizer_token_to_id(t, "which"), 2029);
-    ck_assert_int_eq(em_tokenizer_token_to_id(t, "!"), 999);
-    ck_assert_int_eq(em_tokenizer_token_to_id(t, "[CLS]"), 101);
-    ck_assert_int_eq(em_tokenizer_token_to_id(t, "The"), -1);
-    ck_assert_int_eq(em_tokenizer_token_to_id(t, ""), -1);
+    static const struct { const char *token; int32_t id; } ids[] = {
+        {"the", 1996}, {"which", 2029}, {"!", 999}, {"[CLS]", 101}, {"The", -1}, {"", -1}};
+    for (size_t i = 0; i < sizeof ids / sizeof *ids; i++)
+        ck_assert_msg(em_tokenizer_token_to_id(t, ids[i].token) == ids[i].id, "\"%s\": id %d, want %d", ids[i].token,
+                      em_tokenizer_token_to_id(t, ids[i].token), ids[i].id);
     ck_assert_str_eq(em_tokenizer_id_to_token(t, 30521), "##\357\275\236");
     ck_assert_str_eq(em_tokenizer_id_to_token(t, 0), "[PAD]");
     ck_assert_ptr_null(em_tokenizer_id_to_token(t, 30522));
     ck_assert_ptr_null(em_tokenizer_id_to_token(t, -1));
     em_special_ids s = em_tokenizer_special_ids(t);
-    ck_assert_int_eq(s.pad, 0);
-    ck_assert_int_eq(s.unk, 100);
-    ck_assert_int_eq(s.cls, 101);
-    ck_assert_int_eq(s.sep, 102);
-    ck_assert_int_eq(s.mask, 103);
+    const int32_t got[] = {s.pad, s.unk, s.cls, s.sep, s.mask}, want[] = {0, 100, 101, 102, 103};   /* as named */
+    for (int i = 0; i < 5; i++) ck_assert_int_eq(got[i], want[i]);
     em_tokenizer_free(t);
 }
 END_TEST
