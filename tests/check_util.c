@@ -75,6 +75,14 @@ double tu_close_ratio(const double *got, const double *ref, int64_t n, double rt
     return worst;
 }
 
+void tu_assert_values_close(em_tensor *t, const double *ref, int64_t n, double rtol, double atol)
+{
+    double *got = tu_to_doubles(t);
+    double ratio = tu_close_ratio(got, ref, n, rtol, atol);
+    free(got);
+    ck_assert_msg(ratio <= 1.0, "not close: ratio %g", ratio);
+}
+
 static const char *expected_msg;
 static void misuse_handler(const char *msg, void *user)
 {

@@ -25,6 +25,8 @@ double *tu_to_doubles(em_tensor *t);
 double tu_close_ratio(const double *got, const double *ref, int64_t n, double rtol, double atol);
 #define tu_assert_close(got, ref, n, rtol, atol) \
     ck_assert_msg(tu_close_ratio(got, ref, n, rtol, atol) <= 1.0, "not close: ratio %g", tu_close_ratio(got, ref, n, rtol, atol))
+/* tu_assert_close of the first n elements of t (tu_to_doubles) against ref. */
+void tu_assert_values_close(em_tensor *t, const double *ref, int64_t n, double rtol, double atol);
 
 /* Asserts got (not NULL) has want's shape and every element within
  * atol + rtol*|want| (NaNs must match), naming what and the first element
