@@ -120,6 +120,13 @@ int tu_run_suite(Suite *s)
     return failed == 0 ? 0 : 1;
 }
 
+bool tu_in_list(char *const *list, int n, const char *s)
+{
+    for (int i = 0; i < n; i++)
+        if (!strcmp(list[i], s)) return true;
+    return false;
+}
+
 int64_t tu_live_bytes(void) { return em_memory_stats_get(EM_CPU).live_bytes; }
 
 static const char *join(const char *env, const char *fallback, const char *rel)

@@ -37,6 +37,9 @@ void tu_expect_tensor_close(const char *what, em_tensor *got, em_tensor *want, d
  * message contains `expected`, and exits with status 3 (failing the test,
  * which expects SIGABRT) after printing the message otherwise. */
 void tu_expect_misuse(const char *expected);
+/* A test in one line: its body (statements; commas allowed). */
+#define TU_TEST(name, ...) \
+    START_TEST(name) { __VA_ARGS__; } END_TEST
 /* A misuse test in one line: the body (statements; commas allowed) must end
  * in a misuse message containing expected. Register it with tu_add_misuse_tests. */
 #define TU_MISUSE(name, expected, ...) \
@@ -58,6 +61,9 @@ void tu_add_list(TCase *tc, int signal, const TTest *const *tests);
  * returns 0 when all pass. */
 int tu_run_suite(Suite *s);
 
+
+/* Whether one of the n strings of list equals s. */
+bool tu_in_list(char *const *list, int n, const char *s);
 
 /* Live CPU bytes now. */
 int64_t tu_live_bytes(void);

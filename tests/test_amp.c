@@ -947,8 +947,7 @@ static void check_gemm_bf16(void)
     free(a), free(b), free(c16), free(c32);
 }
 
-START_TEST(gemm_bf16_contract) { check_gemm_bf16(); }
-END_TEST
+TU_TEST(gemm_bf16_contract, check_gemm_bf16())
 
 /* The same through the f32 route that runs without oneDNN (EMBER_GEMM=openblas,
  * read once per process: this test runs in its own forked process). */

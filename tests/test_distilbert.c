@@ -60,13 +60,6 @@ static bool same_tensor(em_tensor *a, em_tensor *b)
     return same;
 }
 
-static bool list_has(char **l, int n, const char *s)
-{
-    for (int i = 0; i < n; i++)
-        if (!strcmp(l[i], s)) return true;
-    return false;
-}
-
 /* Gradients: per tensor, max |ember - HF| over max |HF| must stay under 1e-5
  * for every parameter of m against the golden file's "grad.<name>" tensors.
  * An exactly-zero gradient in exact arithmetic (DistilBERT's k_lin.bias:
@@ -184,7 +177,7 @@ START_TEST(base_model_from_a_classifier_checkpoint_drops_the_prefix)
     ck_status(em_distilbert_model_from_pretrained(tu_fixture_path("distilbert-tiny"), NULL, &m, &rep), EM_OK);
     ck_assert_int_eq(rep.n_missing, 0);
     ck_assert_int_eq(rep.n_unexpected, 4);
-    ck_assert(list_has(rep.unexpected, rep.n_unexpected, "pre_classifier.weight"));
+    ck_assert(tu_in_list(rep.unexpected, rep.n_unexpected, "pre_classifier.weight"));
     ck_assert_int_eq(rep.n_loaded, 36);
     ck_assert_ptr_nonnull(em_module_get(&m->base, "transformer.layer.1.ffn.lin2.bias"));
     em_load_report_free(&rep);
@@ -348,11 +341,11 @@ START_TEST(mlm_checkpoint_loads_into_the_classifier_with_a_report)
     ck_assert_int_eq(rep.n_loaded, 36);
     ck_assert_int_eq(rep.n_missing, 4);
     const char *head[] = {"pre_classifier.weight", "pre_classifier.bias", "classifier.weight", "classifier.bias"};
-    for (int i = 0; i < 4; i++) ck_assert_msg(list_has(rep.missing, rep.n_missing, head[i]), "%s not reported", head[i]);
+    for (int i = 0; i < 4; i++) ck_assert_msg(tu_in_list(rep.missing, rep.n_missing, head[i]), "%s not reported", head[i]);
     ck_assert_int_eq(rep.n_unexpected, 5);
     const char *extra[] = {"vocab_transform.weight", "vocab_transform.bias", "vocab_layer_norm.weight",
                            "vocab_layer_norm.bias", "vocab_projector.bias"};
-    for (int i = 0; i < 5; i++) ck_assert_msg(list_has(rep.unexpected, rep.n_unexpected, extra[i]), "%s not reported", extra[i]);
+    for (int i = 0; i < 5; i++) ck_assert_msg(tu_in_list(rep.unexpected, rep.n_unexpected, extra[i]), "%s not reported", extra[i]);
     /* the readable report */
     char *buf = NULL;
     size_t len = 0;
@@ -427,7 +420,7 @@ START_TEST(bert_model_matches_hf_and_loads_into_the_classifier)
     ck_status(em_seqcls_from_pretrained(dir, NULL, &cls, &rep), EM_OK);
     ck_assert_str_eq(cls->type, "BertForSequenceClassification");
     ck_assert_int_eq(rep.n_missing, 2);
-    ck_assert(list_has(rep.missing, rep.n_missing, "classifier.weight"));
+    ck_assert(tu_in_list(rep.missing, rep.n_missing, "classifier.weight"));
     ck_assert_int_eq(rep.n_unexpected, 0);
     ck_assert_ptr_nonnull(em_module_get(cls, "bert.encoder.layer.1.attention.self.query.weight"));
     ck_assert_ptr_nonnull(em_module_get(cls, "bert.pooler.dense.bias"));

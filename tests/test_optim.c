@@ -227,11 +227,9 @@ static void trajectories(bool plain)
     em__opt_plain = false;
 }
 
-START_TEST(trajectories_match_torch) { trajectories(false); }
-END_TEST
+TU_TEST(trajectories_match_torch, trajectories(false))
 
-START_TEST(trajectories_match_torch_unfused) { trajectories(true); }
-END_TEST
+TU_TEST(trajectories_match_torch_unfused, trajectories(true))
 
 /* ---- f64 and the fused pass ---------------------------------------------------------------- */
 /* Textbook AdamW (Loshchilov & Hutter with torch's eps placement), in f64. */
@@ -480,13 +478,6 @@ static int split_list(const char *s, char ***out)
     return n;
 }
 
-static bool in_list(char **v, int n, const char *s)
-{
-    for (int i = 0; i < n; i++)
-        if (!strcmp(v[i], s)) return true;
-    return false;
-}
-
 START_TEST(no_decay_rule_equals_trainer_on_distilbert)
 {
     em_safetensors *st = open_fixture();
@@ -503,10 +494,10 @@ START_TEST(no_decay_rule_equals_trainer_on_distilbert)
         ps[i] = em_requires_grad_(atoi(ndims[i]) == 2 ? em_zeros(EM_SHAPE(2, 2), EM_F32, EM_CPU)
                                                       : em_zeros(EM_SHAPE(2), EM_F32, EM_CPU), true);
         bool decay = !em_param_no_decay(names[i], ps[i]);
-        ck_assert_msg(decay == in_list(trainer, nt, names[i]), "%s: ember %s, Trainer %s", names[i],
+        ck_assert_msg(decay == tu_in_list(trainer, nt, names[i]), "%s: ember %s, Trainer %s", names[i],
                       decay ? "decays" : "does not decay", decay ? "does not" : "does");
         /* HF's substring rule decays exactly the per-layer norms on top */
-        if (in_list(substr, ns, names[i]) && !decay) {
+        if (tu_in_list(substr, ns, names[i]) && !decay) {
             ck_assert_msg(strstr(names[i], "sa_layer_norm.weight") || strstr(names[i], "output_layer_norm.weight"),
                           "%s", names[i]);
             n_extra++;
@@ -520,7 +511,7 @@ START_TEST(no_decay_rule_equals_trainer_on_distilbert)
     ck_assert_int_eq(g[0].n_params, nt);
     ck_assert_int_eq(g[1].n_params, n - nt);
     for (int i = 0, a = 0, b = 0; i < n; i++) {
-        bool decay = in_list(trainer, nt, names[i]);
+        bool decay = tu_in_list(trainer, nt, names[i]);
         ck_assert_ptr_eq(decay ? g[0].params[a++] : g[1].params[b++], ps[i]);
     }
     em_optimizer *o = em_adamw_new_groups(g, 2, NULL);
@@ -702,10 +693,8 @@ static void round_trip(bool sgd)
     cleanup_tmp();
 }
 
-START_TEST(state_round_trip_adamw) { round_trip(false); }
-END_TEST
-START_TEST(state_round_trip_sgd) { round_trip(true); }
-END_TEST
+TU_TEST(state_round_trip_adamw, round_trip(false))
+TU_TEST(state_round_trip_sgd, round_trip(true))
 
 START_TEST(state_load_rejects_mismatches)
 {

@@ -701,10 +701,8 @@ static void oom_open_get_loop(bool sticky)
     tu_scratch_remove();
 }
 
-START_TEST(oom_at_every_allocation_of_open_and_get) { oom_open_get_loop(false); }
-END_TEST
-START_TEST(oom_sticky_at_every_allocation_of_open_and_get) { oom_open_get_loop(true); }
-END_TEST
+TU_TEST(oom_at_every_allocation_of_open_and_get, oom_open_get_loop(false))
+TU_TEST(oom_sticky_at_every_allocation_of_open_and_get, oom_open_get_loop(true))
 
 /* ---- misuse ---------------------------------------------------------------------- */
 

@@ -56,38 +56,15 @@ static void check_cases(const em_tokenizer_opts *o, const char *name)
     ck_assert_msg(n > 0, "%s: no cases", rel);
     ck_assert_msg(bad == 0, "%s: %d of %d cases differ from HF", name, bad, n);
 }
-#define CASES(o, name) check_cases(o, name)
 
-START_TEST(hf_cases_uncased) { CASES(NULL, "uncased"); }
-END_TEST
-START_TEST(hf_cases_cased) { CASES(&((em_tokenizer_opts){ .do_lower_case = EM_TOK_OFF }), "cased"); }
-END_TEST
-START_TEST(hf_cases_keep_accents)
-{
-    CASES(&((em_tokenizer_opts){ .strip_accents = EM_TOK_OFF }), "lower_keep_accents");
-}
-END_TEST
-START_TEST(hf_cases_cased_strip)
-{
-    CASES(&((em_tokenizer_opts){ .do_lower_case = EM_TOK_OFF, .strip_accents = EM_TOK_ON }), "cased_strip");
-}
-END_TEST
-START_TEST(hf_cases_no_chinese)
-{
-    CASES(&((em_tokenizer_opts){ .tokenize_chinese_chars = EM_TOK_OFF }), "no_chinese");
-}
-END_TEST
-START_TEST(hf_cases_never_split)
-{
-    static const char *const never[] = { "hello!", "UPPER", "[x]", "caf\303\251", "notinvocab", NULL };
-    CASES(&((em_tokenizer_opts){ .never_split = never }), "never_split");
-}
-END_TEST
-START_TEST(hf_cases_max_chars)
-{
-    CASES(&((em_tokenizer_opts){ .max_input_chars_per_word = 5 }), "maxchars5");
-}
-END_TEST
+TU_TEST(hf_cases_uncased, check_cases(NULL, "uncased"))
+TU_TEST(hf_cases_cased, check_cases(&((em_tokenizer_opts){ .do_lower_case = EM_TOK_OFF }), "cased"))
+TU_TEST(hf_cases_keep_accents, check_cases(&((em_tokenizer_opts){ .strip_accents = EM_TOK_OFF }), "lower_keep_accents"))
+TU_TEST(hf_cases_cased_strip, check_cases(&((em_tokenizer_opts){ .do_lower_case = EM_TOK_OFF, .strip_accents = EM_TOK_ON }), "cased_strip"))
+TU_TEST(hf_cases_no_chinese, check_cases(&((em_tokenizer_opts){ .tokenize_chinese_chars = EM_TOK_OFF }), "no_chinese"))
+static const char *const never_split_words[] = { "hello!", "UPPER", "[x]", "caf\303\251", "notinvocab", NULL };
+TU_TEST(hf_cases_never_split, check_cases(&((em_tokenizer_opts){ .never_split = never_split_words }), "never_split"))
+TU_TEST(hf_cases_max_chars, check_cases(&((em_tokenizer_opts){ .max_input_chars_per_word = 5 }), "maxchars5"))
 
 START_TEST(hf_pairs)
 {

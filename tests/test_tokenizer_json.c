@@ -65,16 +65,11 @@ static void check_folder(const char *name, const em_tokenizer_opts *o, const cha
 }
 
 /* ---- folders transformers wrote ---------------------------------------------------------- */
-START_TEST(hf_bert_uncased) { check_folder("bert_uncased", NULL, NULL); }
-END_TEST
-START_TEST(hf_bert_cased) { check_folder("bert_cased", NULL, NULL); }
-END_TEST
-START_TEST(hf_sequence) { check_folder("sequence", NULL, NULL); }
-END_TEST
-START_TEST(hf_config_wins) { check_folder("bert_config_cased", NULL, NULL); }
-END_TEST
-START_TEST(hf_vocab_only) { check_folder("vocab_only", NULL, NULL); }
-END_TEST
+TU_TEST(hf_bert_uncased, check_folder("bert_uncased", NULL, NULL))
+TU_TEST(hf_bert_cased, check_folder("bert_cased", NULL, NULL))
+TU_TEST(hf_sequence, check_folder("sequence", NULL, NULL))
+TU_TEST(hf_config_wins, check_folder("bert_config_cased", NULL, NULL))
+TU_TEST(hf_vocab_only, check_folder("vocab_only", NULL, NULL))
 /* explicit opts win over the files: the uncased folder made cased is the cased one */
 START_TEST(opts_win)
 {
@@ -462,10 +457,8 @@ static void golden(const char *rel, int ncols, int text_col, int ids_col, int ex
     em_tokenizer_free(t);
 }
 
-START_TEST(golden_squad) { golden("tokenizer-golden/squad_questions_bert_base_uncased.tsv", 4, 1, 3, 10570); }
-END_TEST
-START_TEST(golden_sst2) { golden("tokenizer-golden/sst2_bert_base_uncased.tsv", 5, 2, 4, 2310); }
-END_TEST
+TU_TEST(golden_squad, golden("tokenizer-golden/squad_questions_bert_base_uncased.tsv", 4, 1, 3, 10570))
+TU_TEST(golden_sst2, golden("tokenizer-golden/sst2_bert_base_uncased.tsv", 5, 2, 4, 2310))
 
 /* ember's save of bert-base-uncased, read back: the ids transformers gave for that folder. */
 START_TEST(roundtrip)
