@@ -636,6 +636,17 @@ static em_optimizer *mk_rt(em_tensor **p, bool sgd)
                : em_adamw_new_groups(g, 2, &(em_adamw_opts){.lr = 1e-2, .amsgrad = true});
 }
 
+/* Steps from..to-1 of the round trip on the 3 parameters p: set_grads(p, 3, t, 4), an
+ * optimizer step (asserted EM_OK) and a scheduler step each. */
+static void run_steps(em_tensor **p, em_optimizer *o, em_scheduler *s, int from, int to)
+{
+    for (int t = from; t < to; t++) {
+        set_grads(p, 3, t, 4);
+        ck_assert_int_eq(em_optimizer_step(o), EM_OK);
+        em_scheduler_step(s);
+    }
+}
+
 static void round_trip(bool sgd)
 {
     em_scope_begin();
@@ -647,19 +658,11 @@ static void round_trip(bool sgd)
     /* a: 6 uninterrupted steps */
     em_optimizer *oa = mk_rt(a, sgd);
     em_scheduler *sa = em_cosine_schedule_with_warmup(oa, 1, 6, 0);
-    for (int t = 0; t < 6; t++) {
-        set_grads(a, 3, t, 4);
-        ck_assert_int_eq(em_optimizer_step(oa), EM_OK);
-        em_scheduler_step(sa);
-    }
+    run_steps(a, oa, sa, 0, 6);
     /* b: 3 steps (param 1 without grad so far: no state), save, rebuild, load, 3 more */
     em_optimizer *ob = mk_rt(b, sgd);
     em_scheduler *sb = em_cosine_schedule_with_warmup(ob, 1, 6, 0);
-    for (int t = 0; t < 3; t++) {
-        set_grads(b, 3, t, 4);
-        ck_assert_int_eq(em_optimizer_step(ob), EM_OK);
-        em_scheduler_step(sb);
-    }
+    run_steps(b, ob, sb, 0, 3);
     const char *op = tmp_path("opt.safetensors"), *sp = tmp_path("sched.safetensors");
     ck_assert_int_eq(em_optimizer_state_save(ob, op), EM_OK);
     ck_assert_int_eq(em_scheduler_state_save(sb, sp), EM_OK);
@@ -678,11 +681,7 @@ static void round_trip(bool sgd)
     ck_assert_int_eq(em_scheduler_state_load(sc, sp), EM_OK);
     ck_assert_int_eq(em_scheduler_last_epoch(sc), 3);
     ck_assert(em_optimizer_param_step(oc, 0, 1) == 0);
-    for (int t = 3; t < 6; t++) {
-        set_grads(c, 3, t, 4);
-        ck_assert_int_eq(em_optimizer_step(oc), EM_OK);
-        em_scheduler_step(sc);
-    }
+    run_steps(c, oc, sc, 3, 6);
     for (int i = 0; i < 3; i++) ck_assert_msg(bit_equal(a[i], c[i]), "param %d differs after the round trip", i);
     for (int g = 0; g < 2; g++) ck_assert(em_optimizer_lr(oa, g) == em_optimizer_lr(oc, g));
     em_scheduler_free(sa);
