@@ -89,6 +89,34 @@ static int check_every_gradient(em_module *m, em_safetensors *g)
 
 /* ---- parity with transformers ------------------------------------------------------ */
 
+/* The classifier m (em_seqcls_forward) on the golden file's batch (input_ids,
+ * attention_mask, labels, and token_type_ids when types): logits of the
+ * golden's shape within 1e-5 normwise of HF's "logits" (and of "logits64"
+ * when f64), the loss within 1e-5 of "loss"; then backward, and every
+ * gradient (check_every_gradient). Returns how many gradients were compared. */
+static int check_hf_parity(em_module *m, em_safetensors *g, bool types, bool f64)
+{
+    int n_grads = 0;
+    EM_SCOPE {
+        em_seqcls_output out = em_seqcls_forward(
+            m, &(em_seqcls_inputs){.input_ids = em_safetensors_get(g, "input_ids"),
+                                   .attention_mask = em_safetensors_get(g, "attention_mask"),
+                                   .token_type_ids = types ? em_safetensors_get(g, "token_type_ids") : NULL,
+                                   .labels = em_safetensors_get(g, "labels")});
+        em_tensor *want = em_safetensors_get(g, "logits");
+        ck_assert_int_eq(out.logits->ndim, want->ndim);
+        for (int d = 0; d < want->ndim; d++) ck_assert_int_eq(out.logits->shape[d], want->shape[d]);
+        double e_logits = normwise_err(out.logits, want, 0);
+        double e_logits64 = f64 ? normwise_err(out.logits, em_safetensors_get(g, "logits64"), 0) : 0;
+        double e_loss = normwise_err(out.loss, em_safetensors_get(g, "loss"), 0);
+        ck_assert_msg(e_logits < 1e-5 && e_logits64 < 1e-5, "logits: %g vs HF f32, %g vs f64", e_logits, e_logits64);
+        ck_assert_msg(e_loss < 1e-5, "loss: relative error %g", e_loss);
+        em_backward(out.loss);
+        n_grads = check_every_gradient(m, g);
+    }
+    return n_grads;
+}
+
 START_TEST(seqcls_logits_loss_and_every_gradient_match_hf)
 {
     int64_t base = tu_live_bytes();
@@ -107,26 +135,11 @@ START_TEST(seqcls_logits_loss_and_every_gradient_match_hf)
     ck_assert(!em_module_is_training(&m->base));
     ck_assert(!em_module_is_training(&m->distilbert->base));
     em_safetensors *g = golden_file("distilbert_tiny_golden.safetensors");
-    int n_grads = 0;
-    EM_SCOPE {
-        em_seqcls_output out = em_distilbert_seqcls_forward(
-            m, &(em_seqcls_inputs){.input_ids = em_safetensors_get(g, "input_ids"),
-                                   .attention_mask = em_safetensors_get(g, "attention_mask"),
-                                   .labels = em_safetensors_get(g, "labels")});
-        ck_assert_int_eq(out.logits->shape[0], 4);
-        ck_assert_int_eq(out.logits->shape[1], 3);
-        double e_logits = normwise_err(out.logits, em_safetensors_get(g, "logits"), 0);
-        double e_logits64 = normwise_err(out.logits, em_safetensors_get(g, "logits64"), 0);
-        double e_loss = normwise_err(out.loss, em_safetensors_get(g, "loss"), 0);
-        ck_assert_msg(e_logits < 1e-5 && e_logits64 < 1e-5, "logits: %g vs HF f32, %g vs f64", e_logits, e_logits64);
-        ck_assert_msg(e_loss < 1e-5, "loss: relative error %g", e_loss);
-        em_backward(out.loss);
-        n_grads = check_every_gradient(&m->base, g);
-        /* the padding row of the word embeddings gets no gradient */
+    ck_assert_int_eq(check_hf_parity(&m->base, g, false, true), 40);   /* every parameter of the HF model */
+    EM_SCOPE {   /* the padding row of the word embeddings gets no gradient */
         em_tensor *gw = em_grad(em_module_get(&m->base, "distilbert.embeddings.word_embeddings.weight"));
         ck_assert_double_eq(em_item(em_max_all(em_abs(em_select(gw, 0, 0)))), 0.0);
     }
-    ck_assert_int_eq(n_grads, 40);   /* every parameter of the HF model */
     em_safetensors_close(g);
     em_load_report_free(&rep);
     em_module_free(&m->base);
@@ -149,20 +162,8 @@ START_TEST(bert_seqcls_logits_loss_and_every_gradient_match_hf)
     ck_assert_int_eq(m->config.num_labels, 3);
     ck_assert(!em_module_is_training(&m->base));   /* eval mode straight from from_pretrained */
     em_safetensors *g = golden_file("bert_tiny_cls_golden.safetensors");
-    int n_grads = 0;
-    EM_SCOPE {
-        em_seqcls_output out = em_bert_seqcls_forward(
-            m, &(em_seqcls_inputs){.input_ids = em_safetensors_get(g, "input_ids"),
-                                   .attention_mask = em_safetensors_get(g, "attention_mask"),
-                                   .token_type_ids = em_safetensors_get(g, "token_type_ids"),
-                                   .labels = em_safetensors_get(g, "labels")});
-        double e_logits = normwise_err(out.logits, em_safetensors_get(g, "logits"), 0);
-        double e_loss = normwise_err(out.loss, em_safetensors_get(g, "loss"), 0);
-        ck_assert_msg(e_logits < 1e-5 && e_loss < 1e-5, "logits %g, loss %g", e_logits, e_loss);
-        em_backward(out.loss);
-        n_grads = check_every_gradient(&m->base, g);
-    }
-    ck_assert_int_eq(n_grads, 41);   /* every parameter of the HF model, the pooler's included */
+    /* every parameter of the HF model, the pooler's included */
+    ck_assert_int_eq(check_hf_parity(&m->base, g, true, false), 41);
     em_safetensors_close(g);
     em_load_report_free(&rep);
     em_module_free(&m->base);
