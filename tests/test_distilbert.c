@@ -89,13 +89,14 @@ static int check_every_gradient(em_module *m, em_safetensors *g)
 
 /* ---- parity with transformers ------------------------------------------------------ */
 
-/* The classifier m (em_seqcls_forward) on the golden file's batch (input_ids,
+/* The classifier m (em_seqcls_forward) on the batch of the golden file golden (input_ids,
  * attention_mask, labels, and token_type_ids when types): logits of the
  * golden's shape within 1e-5 normwise of HF's "logits" (and of "logits64"
  * when f64), the loss within 1e-5 of "loss"; then backward, and every
  * gradient (check_every_gradient). Returns how many gradients were compared. */
-static int check_hf_parity(em_module *m, em_safetensors *g, bool types, bool f64)
+static int check_hf_parity(em_module *m, const char *golden, bool types, bool f64)
 {
+    em_safetensors *g = golden_file(golden);
     int n_grads = 0;
     EM_SCOPE {
         em_seqcls_output out = em_seqcls_forward(
@@ -114,6 +115,7 @@ static int check_hf_parity(em_module *m, em_safetensors *g, bool types, bool f64
         em_backward(out.loss);
         n_grads = check_every_gradient(m, g);
     }
+    em_safetensors_close(g);
     return n_grads;
 }
 
@@ -134,13 +136,12 @@ START_TEST(seqcls_logits_loss_and_every_gradient_match_hf)
     /* from_pretrained returns the model in eval mode (transformers does too): no call needed */
     ck_assert(!em_module_is_training(&m->base));
     ck_assert(!em_module_is_training(&m->distilbert->base));
-    em_safetensors *g = golden_file("distilbert_tiny_golden.safetensors");
-    ck_assert_int_eq(check_hf_parity(&m->base, g, false, true), 40);   /* every parameter of the HF model */
+    /* every parameter of the HF model */
+    ck_assert_int_eq(check_hf_parity(&m->base, "distilbert_tiny_golden.safetensors", false, true), 40);
     EM_SCOPE {   /* the padding row of the word embeddings gets no gradient */
         em_tensor *gw = em_grad(em_module_get(&m->base, "distilbert.embeddings.word_embeddings.weight"));
         ck_assert_double_eq(em_item(em_max_all(em_abs(em_select(gw, 0, 0)))), 0.0);
     }
-    em_safetensors_close(g);
     em_load_report_free(&rep);
     em_module_free(&m->base);
     ck_assert_int_eq(tu_live_bytes(), base);
@@ -161,10 +162,8 @@ START_TEST(bert_seqcls_logits_loss_and_every_gradient_match_hf)
     ck_assert_int_eq(rep.n_missing + rep.n_unexpected + rep.n_mismatched, 0);
     ck_assert_int_eq(m->config.num_labels, 3);
     ck_assert(!em_module_is_training(&m->base));   /* eval mode straight from from_pretrained */
-    em_safetensors *g = golden_file("bert_tiny_cls_golden.safetensors");
     /* every parameter of the HF model, the pooler's included */
-    ck_assert_int_eq(check_hf_parity(&m->base, g, true, false), 41);
-    em_safetensors_close(g);
+    ck_assert_int_eq(check_hf_parity(&m->base, "bert_tiny_cls_golden.safetensors", true, false), 41);
     em_load_report_free(&rep);
     em_module_free(&m->base);
     ck_assert_int_eq(tu_live_bytes(), base);
