@@ -538,67 +538,51 @@ static const char tiny_config[] =
     "{\"model_type\": \"distilbert\", \"dim\": %d, \"n_layers\": 2, \"n_heads\": 4, \"hidden_dim\": 256,\n"
     " \"vocab_size\": 1000, \"max_position_embeddings\": 64, \"id2label\": {\"0\": \"a\", \"1\": \"b\", \"2\": \"c\"}}\n";
 
+/* config (NULL: config.json as it is) written into the scratch folder, loading
+ * it must fail with want and a message containing msg. */
+static void expect_refused(const char *config, em_status want, const char *msg)
+{
+    if (config) tu_write_text(tu_scratch_path("config.json"), config);
+    ck_assert_int_eq(load_tmp(), want);
+    ck_assert_msg(strstr(em_last_error(), msg), "\"%s\" lacks \"%s\"", em_last_error(), msg);
+}
+
 START_TEST(bad_folders_return_clear_errors)
 {
     int64_t base = tu_live_bytes();
     ck_assert_ptr_nonnull(tu_scratch_new("db"));
-    /* no config.json */
     copy_file(tu_fixture_path("distilbert-tiny/model.safetensors"), tu_scratch_path("model.safetensors"));
-    ck_assert_int_eq(load_tmp(), EM_ERR_NOT_FOUND);
-    ck_assert_ptr_nonnull(strstr(em_last_error(), "config.json"));
+    expect_refused(NULL, EM_ERR_NOT_FOUND, "config.json");   /* no config.json */
     /* malformed JSON: the file and the position */
-    tu_write_text(tu_scratch_path("config.json"), "{\n  \"dim\": 64,\n  oops\n}\n");
-    ck_assert_int_eq(load_tmp(), EM_ERR_FORMAT);
-    ck_assert_ptr_nonnull(strstr(em_last_error(), "config.json: malformed JSON at line 3"));
-    tu_write_text(tu_scratch_path("config.json"), "{\"dim\": 64} trailing");
-    ck_assert_int_eq(load_tmp(), EM_ERR_FORMAT);
-    ck_assert_ptr_nonnull(strstr(em_last_error(), "line 1, column 13"));
-    /* a field of the wrong type */
-    tu_write_text(tu_scratch_path("config.json"), "{\"model_type\": \"distilbert\", \"dim\": \"wide\"}");
-    ck_assert_int_eq(load_tmp(), EM_ERR_FORMAT);
-    ck_assert_ptr_nonnull(strstr(em_last_error(), "\"dim\""));
-    /* unknown model_type */
-    tu_write_text(tu_scratch_path("config.json"), "{\"model_type\": \"gpt2\"}");
-    ck_assert_int_eq(load_tmp(), EM_ERR_UNSUPPORTED);
-    ck_assert_ptr_nonnull(strstr(em_last_error(), "unknown model_type \"gpt2\""));
-    /* the wrong family for a typed loader */
-    tu_write_text(tu_scratch_path("config.json"), "{\"model_type\": \"bert\"}");
-    ck_assert_int_eq(load_tmp(), EM_ERR_INVALID);
-    ck_assert_ptr_nonnull(strstr(em_last_error(), "model_type is \"bert\""));
+    expect_refused("{\n  \"dim\": 64,\n  oops\n}\n", EM_ERR_FORMAT, "config.json: malformed JSON at line 3");
+    expect_refused("{\"dim\": 64} trailing", EM_ERR_FORMAT, "line 1, column 13");
+    /* a field of the wrong type; an unknown model_type; the wrong family for a typed loader */
+    expect_refused("{\"model_type\": \"distilbert\", \"dim\": \"wide\"}", EM_ERR_FORMAT, "\"dim\"");
+    expect_refused("{\"model_type\": \"gpt2\"}", EM_ERR_UNSUPPORTED, "unknown model_type \"gpt2\"");
+    expect_refused("{\"model_type\": \"bert\"}", EM_ERR_INVALID, "model_type is \"bert\"");
     /* a tensor of the wrong shape: named, with both shapes */
     char cfg[512];
     snprintf(cfg, sizeof cfg, tiny_config, 32);
-    tu_write_text(tu_scratch_path("config.json"), cfg);
-    ck_assert_int_eq(load_tmp(), EM_ERR_INVALID);
-    ck_assert_msg(strstr(em_last_error(), "model.safetensors: tensor \"classifier.weight\" has shape [3,64] but the "
-                                          "model expects [3,32]") != NULL,
-                  "%s", em_last_error());
+    expect_refused(cfg, EM_ERR_INVALID,
+                   "model.safetensors: tensor \"classifier.weight\" has shape [3,64] but the model expects [3,32]");
     ck_assert_ptr_null(strstr(em_last_error(), "num_labels"));   /* no misleading hint */
     /* no weights at all */
     snprintf(cfg, sizeof cfg, tiny_config, 64);
-    tu_write_text(tu_scratch_path("config.json"), cfg);
     remove(tu_scratch_path("model.safetensors"));
-    ck_assert_int_eq(load_tmp(), EM_ERR_NOT_FOUND);
-    ck_assert_ptr_nonnull(strstr(em_last_error(), "no model.safetensors"));
+    expect_refused(cfg, EM_ERR_NOT_FOUND, "no model.safetensors");
     /* a corrupt safetensors file */
     tu_write_text(tu_scratch_path("model.safetensors"), "not a safetensors file at all");
     ck_assert_int_ne(load_tmp(), EM_OK);
     ck_assert_ptr_nonnull(strstr(em_last_error(), "model.safetensors"));
     /* a config too large for the machine: refused before any allocation, naming the file and fields */
     copy_file(tu_fixture_path("distilbert-tiny/model.safetensors"), tu_scratch_path("model.safetensors"));
-    tu_write_text(tu_scratch_path("config.json"), "{\"model_type\": \"distilbert\", \"vocab_size\": 1099511627776, \"dim\": 4194304, \"n_heads\": 16}");
-    ck_assert_int_eq(load_tmp(), EM_ERR_INVALID);
-    ck_assert_msg(strstr(em_last_error(), "config.json: the model this config describes has") &&
-                      strstr(em_last_error(), "vocab_size 1099511627776 x dim 4194304"), "%s", em_last_error());
-    tu_write_text(tu_scratch_path("config.json"), "{\"model_type\": \"distilbert\", \"n_layers\": 1000000}");
-    ck_assert_int_eq(load_tmp(), EM_ERR_INVALID);
-    ck_assert_msg(strstr(em_last_error(), "n_layers 1000000 x"), "%s", em_last_error());
+    expect_refused("{\"model_type\": \"distilbert\", \"vocab_size\": 1099511627776, \"dim\": 4194304, \"n_heads\": 16}",
+                   EM_ERR_INVALID, "config.json: the model this config describes has");
+    ck_assert_msg(strstr(em_last_error(), "vocab_size 1099511627776 x dim 4194304"), "%s", em_last_error());
+    expect_refused("{\"model_type\": \"distilbert\", \"n_layers\": 1000000}", EM_ERR_INVALID, "n_layers 1000000 x");
     /* EMBER_MAX_MODEL_BYTES sets the limit: the tiny model (~0.4 MB) is refused under 1000 bytes */
-    snprintf(cfg, sizeof cfg, tiny_config, 64);
-    tu_write_text(tu_scratch_path("config.json"), cfg);
     setenv("EMBER_MAX_MODEL_BYTES", "1000", 1);
-    ck_assert_int_eq(load_tmp(), EM_ERR_INVALID);
-    ck_assert_msg(strstr(em_last_error(), "more than EMBER_MAX_MODEL_BYTES"), "%s", em_last_error());
+    expect_refused(cfg, EM_ERR_INVALID, "more than EMBER_MAX_MODEL_BYTES");
     unsetenv("EMBER_MAX_MODEL_BYTES");
     /* a folder that does not exist */
     em_module *m = NULL;
