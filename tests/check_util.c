@@ -131,9 +131,11 @@ int64_t tu_live_bytes(void) { return em_memory_stats_get(EM_CPU).live_bytes; }
 
 static const char *join(const char *env, const char *fallback, const char *rel)
 {
-    static _Thread_local char buf[4096];
+    static _Thread_local char bufs[8][4096];
+    static _Thread_local int k;
+    char *buf = bufs[k++ % 8];
     const char *root = getenv(env);
-    snprintf(buf, sizeof buf, "%s/%s", root ? root : fallback, rel);
+    snprintf(buf, sizeof bufs[0], "%s/%s", root ? root : fallback, rel);
     return buf;
 }
 const char *tu_shared_path(const char *rel) { return join("EMBER_SHARED_DATA", "../shared/data", rel); }

@@ -67,7 +67,8 @@ bool tu_in_list(char *const *list, int n, const char *s);
 
 /* Live CPU bytes now. */
 int64_t tu_live_bytes(void);
-/* Path under ../shared/data or tests/fixtures (from the env set by meson). */
+/* Path under ../shared/data or tests/fixtures (from the env set by meson), in a
+ * ring of 8 buffers per thread (shared by both: 8 may be in use at once). */
 const char *tu_shared_path(const char *rel);
 const char *tu_fixture_path(const char *rel);
 

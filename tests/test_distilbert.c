@@ -331,8 +331,7 @@ END_TEST
 START_TEST(mlm_checkpoint_loads_into_the_classifier_with_a_report)
 {
     int64_t base = tu_live_bytes();
-    char dir[512];
-    snprintf(dir, sizeof dir, "%s", tu_fixture_path("distilbert-tiny-mlm"));
+    const char *dir = tu_fixture_path("distilbert-tiny-mlm");
     em_distilbert_seqcls *m = NULL;
     em_load_report rep;
     em_set_seed(5);
@@ -398,8 +397,7 @@ END_TEST
 START_TEST(bert_model_matches_hf_and_loads_into_the_classifier)
 {
     int64_t base = tu_live_bytes();
-    char dir[512];
-    snprintf(dir, sizeof dir, "%s", tu_fixture_path("bert-tiny"));
+    const char *dir = tu_fixture_path("bert-tiny");
     em_bert_model *m = NULL;
     em_load_report rep;
     ck_status(em_bert_model_from_pretrained(dir, &(em_pretrained_opts){.strict = true}, &m, &rep), EM_OK);
@@ -505,8 +503,7 @@ END_TEST
 
 START_TEST(num_labels_override_needs_ignore_mismatched_sizes)
 {
-    char dir[512];
-    snprintf(dir, sizeof dir, "%s", tu_fixture_path("distilbert-tiny"));
+    const char *dir = tu_fixture_path("distilbert-tiny");
     em_distilbert_seqcls *m = NULL;
     em_load_report rep;
     ck_status(em_distilbert_seqcls_from_pretrained(dir, &(em_pretrained_opts){.num_labels = 5}, &m, NULL),
@@ -607,8 +604,7 @@ END_TEST
 START_TEST(out_of_memory_anywhere_in_loading_and_saving)
 {
     int64_t base = tu_live_bytes();
-    char dir[512];
-    snprintf(dir, sizeof dir, "%s", tu_fixture_path("distilbert-tiny-mlm"));
+    const char *dir = tu_fixture_path("distilbert-tiny-mlm");
     ck_assert_ptr_nonnull(tu_scratch_new("db"));
     int n_ok = 0, n_oom = 0;
     for (int64_t n = 1; n < 100000 && n_ok == 0; n += 1 + n / 64) {

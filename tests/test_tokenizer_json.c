@@ -34,16 +34,6 @@ static const char *scratch(const char *name)
     return p;
 }
 
-/* tu_fixture_path in a ring of 8 buffers (it has one). */
-static const char *fixture(const char *name)
-{
-    static char bufs[8][1024];
-    static int k;
-    char *p = bufs[k++ & 7];
-    snprintf(p, 1024, "%s", tu_fixture_path(name));
-    return p;
-}
-
 static em_tokenizer *load_dir(const char *dir, const em_tokenizer_opts *o)
 {
     em_tokenizer *t = NULL;
@@ -57,8 +47,8 @@ static void check_folder(const char *name, const em_tokenizer_opts *o, const cha
     char dir[256], tsv[256];
     snprintf(dir, sizeof dir, "tokenizer-json/%s", name);
     snprintf(tsv, sizeof tsv, "tokenizer-json/%s.tsv", tsv_name ? tsv_name : name);
-    em_tokenizer *t = load_dir(fixture(dir), o);
-    int rows, bad = tu_compare_cases(t, fixture(tsv), &rows);
+    em_tokenizer *t = load_dir(tu_fixture_path(dir), o);
+    int rows, bad = tu_compare_cases(t, tu_fixture_path(tsv), &rows);
     em_tokenizer_free(t);
     ck_assert_int_gt(rows, 60);
     ck_assert_msg(bad == 0, "%s: %d of %d rows differ from transformers", name, bad, rows);
@@ -80,7 +70,7 @@ END_TEST
 
 START_TEST(info)
 {
-    em_tokenizer *t = load_dir(fixture("tokenizer-json/bert_config_cased"), NULL);
+    em_tokenizer *t = load_dir(tu_fixture_path("tokenizer-json/bert_config_cased"), NULL);
     em_tokenizer_info i = em_tokenizer_get_info(t);
     ck_assert(!i.do_lower_case && !i.strip_accents && i.clean_text && i.tokenize_chinese_chars && !i.python_semantics);
     ck_assert_int_eq(i.model_max_length, 64);
@@ -90,7 +80,7 @@ START_TEST(info)
     ck_assert_int_eq(em_tokenizer_special_ids(t).mask, em_tokenizer_token_to_id(t, "[unused0]"));
     em_tokenizer_free(t);
 
-    t = load_dir(fixture("tokenizer-json/sequence"), NULL);
+    t = load_dir(tu_fixture_path("tokenizer-json/sequence"), NULL);
     i = em_tokenizer_get_info(t);
     ck_assert(i.do_lower_case && i.strip_accents && i.strip_all_marks && !i.clean_text && !i.tokenize_chinese_chars);
     ck_assert_int_eq(i.max_input_chars_per_word, 12);
@@ -104,7 +94,7 @@ START_TEST(info)
     ck_assert_int_eq(em_tokenizer_get_info(t).model_max_length, 96);
     em_tokenizer_free(t);
 
-    t = load_dir(fixture("tokenizer-json/vocab_only"), NULL);
+    t = load_dir(tu_fixture_path("tokenizer-json/vocab_only"), NULL);
     i = em_tokenizer_get_info(t);
     ck_assert(i.python_semantics && !i.do_lower_case && i.clean_text && i.nfc);
     ck_assert_int_eq(i.model_max_length, 128);
@@ -119,7 +109,7 @@ END_TEST
  * fresh directory; config (may be NULL) becomes tokenizer_config.json. Returns the directory. */
 static const char *edited(const char *name, const char *from, const char *to, const char *config)
 {
-    char *src = tu_read_file(fixture("tokenizer-json/bert_uncased/tokenizer.json"), NULL);
+    char *src = tu_read_file(tu_fixture_path("tokenizer-json/bert_uncased/tokenizer.json"), NULL);
     const char *dir = scratch(name);
     char path[600];
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
@@ -168,11 +158,11 @@ static void expect_error_in(const char *dir, const char *file, em_status want, c
 START_TEST(refuse_other_tokenizers)
 {
     char want[700];
-    const char *dir = fixture("tokenizer-json/bpe");
+    const char *dir = tu_fixture_path("tokenizer-json/bpe");
     snprintf(want, sizeof want, "%s/tokenizer.json: model type BPE is not supported (ember reads WordPiece tokenizers only)",
              dir);
     expect_error(dir, EM_ERR_UNSUPPORTED, want);
-    dir = fixture("tokenizer-json/bytelevel");
+    dir = tu_fixture_path("tokenizer-json/bytelevel");
     snprintf(want, sizeof want, "%s/tokenizer.json: pre_tokenizer type ByteLevel is not supported", dir);
     expect_error(dir, EM_ERR_UNSUPPORTED, want);
 
@@ -330,7 +320,7 @@ START_TEST(pipelines)
                  "\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Punctuation\"}, {\"type\": \"Sequence\", "
                  "\"pretokenizers\": [{\"type\": \"WhitespaceSplit\"}]}]", NULL);
     t = load_dir(dir, NULL);
-    int rows, bad = tu_compare_cases(t, fixture("tokenizer-json/bert_uncased.tsv"), &rows);
+    int rows, bad = tu_compare_cases(t, tu_fixture_path("tokenizer-json/bert_uncased.tsv"), &rows);
     ck_assert_int_eq(bad, 0);
     em_tokenizer_free(t);
     REFUSE("nfc_late", "\"type\": \"BertNormalizer\"",
@@ -395,11 +385,11 @@ static void resave(const char *src, const char *name, const char *tsv)
 
 START_TEST(resave_identical)
 {
-    resave(fixture("tokenizer-json/bert_uncased"), "ru", fixture("tokenizer-json/bert_uncased.tsv"));
-    resave(fixture("tokenizer-json/bert_cased"), "rc", fixture("tokenizer-json/bert_cased.tsv"));
-    resave(fixture("tokenizer-json/sequence"), "rs", fixture("tokenizer-json/sequence.tsv"));
-    resave(fixture("tokenizer-json/bert_config_cased"), "rg", fixture("tokenizer-json/bert_config_cased.tsv"));
-    resave(fixture("tokenizer-json/vocab_only"), "rv", NULL);   /* vocab.txt's Python rules are not kept */
+    resave(tu_fixture_path("tokenizer-json/bert_uncased"), "ru", tu_fixture_path("tokenizer-json/bert_uncased.tsv"));
+    resave(tu_fixture_path("tokenizer-json/bert_cased"), "rc", tu_fixture_path("tokenizer-json/bert_cased.tsv"));
+    resave(tu_fixture_path("tokenizer-json/sequence"), "rs", tu_fixture_path("tokenizer-json/sequence.tsv"));
+    resave(tu_fixture_path("tokenizer-json/bert_config_cased"), "rg", tu_fixture_path("tokenizer-json/bert_config_cased.tsv"));
+    resave(tu_fixture_path("tokenizer-json/vocab_only"), "rv", NULL);   /* vocab.txt's Python rules are not kept */
     /* truncation and padding are kept as loaded, and not applied */
     const char *dir = edited("trunc_pad", "\"truncation\": null,\n  \"padding\": null",
                              "\"truncation\": {\"direction\": \"Right\", \"max_length\": 6, \"strategy\": "
@@ -418,7 +408,7 @@ START_TEST(resave_identical)
     ck_assert_int_eq(e.len, 10);
     em_encoding_free(&e);
     em_tokenizer_free(t);
-    resave(dir, "rt", fixture("tokenizer-json/bert_uncased.tsv"));
+    resave(dir, "rt", tu_fixture_path("tokenizer-json/bert_uncased.tsv"));
     char path[700];
     t = load_dir(dir, NULL);
     save(t, scratch("rt-x"));
@@ -464,7 +454,7 @@ TU_TEST(golden_sst2, golden("tokenizer-golden/sst2_bert_base_uncased.tsv", 5, 2,
 START_TEST(roundtrip)
 {
     em_tokenizer *t = bert_json("roundtrip");
-    int rows, bad = tu_compare_cases(t, fixture("tokenizer-json/roundtrip_ids.tsv"), &rows);
+    int rows, bad = tu_compare_cases(t, tu_fixture_path("tokenizer-json/roundtrip_ids.tsv"), &rows);
     ck_assert_int_gt(rows, 200);
     ck_assert_msg(bad == 0, "roundtrip_ids.tsv: %d of %d rows differ", bad, rows);
     em_tokenizer_free(t);
@@ -482,7 +472,7 @@ START_TEST(save_errors)
     const char *dir = scratch("save_err");
     snprintf(path, sizeof path, "%s/file", dir);
     tu_write_text(path, "x");
-    em_tokenizer *t = load_dir(fixture("tokenizer-json/bert_uncased"), NULL);
+    em_tokenizer *t = load_dir(tu_fixture_path("tokenizer-json/bert_uncased"), NULL);
     char sub[800];
     snprintf(sub, sizeof sub, "%s/below", path);
     ck_assert_int_eq(em_tokenizer_save_pretrained(t, sub), EM_ERR_IO);
@@ -510,7 +500,7 @@ START_TEST(alloc_failures)
     for (int64_t k = 1;; k++) {
         em_tokenizer *t = NULL;
         em_alloc_fail_after(k, false);
-        em_status st = em_tokenizer_from_pretrained(fixture("tokenizer-json/bert_config_cased"), NULL, &t);
+        em_status st = em_tokenizer_from_pretrained(tu_fixture_path("tokenizer-json/bert_config_cased"), NULL, &t);
         if (st == EM_OK) st = em_tokenizer_save_pretrained(t, out);
         em_alloc_fail_after(0, false);
         em_tokenizer_free(t);
@@ -530,7 +520,7 @@ START_TEST(mutations)
     const char *env = getenv("EMBER_TOKJSON_MUTATIONS");
     int count = env && atoi(env) > 0 ? atoi(env) : 400;
     size_t n;
-    char *src = tu_read_file(fixture("tokenizer-json/sequence/tokenizer.json"), &n);
+    char *src = tu_read_file(tu_fixture_path("tokenizer-json/sequence/tokenizer.json"), &n);
     const char *dir = scratch("mutations");
     char path[700];
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
@@ -604,7 +594,7 @@ START_TEST(cli_tokenizer_dir)
     ck_assert_msg(access(cli, X_OK) == 0, "no ember binary at %s", cli);
     char args[2048];
     int st;
-    snprintf(args, sizeof args, "--tokenizer '%s'", fixture("tokenizer-json/bert_uncased"));
+    snprintf(args, sizeof args, "--tokenizer '%s'", tu_fixture_path("tokenizer-json/bert_uncased"));
     char *out = tu_run_ember(cli, "tokenize", args, "Hello, World!\ndon't stop!!\n", &st);
     ck_assert_int_eq(st, 0);
     ck_assert_str_eq(out, "3 374 17 331 6 4\n3 392 12 89 88 167 162 163 6 6 4\n");
@@ -621,7 +611,7 @@ START_TEST(cli_tokenizer_dir)
     out = tu_run_ember(cli, "tokenize", args, "", &st);
     ck_assert_int_eq(WEXITSTATUS(st), 2);
     ck_assert_ptr_nonnull(strstr(out, "exclude each other"));
-    snprintf(args, sizeof args, "--tokenizer '%s'", fixture("tokenizer-json/bpe"));
+    snprintf(args, sizeof args, "--tokenizer '%s'", tu_fixture_path("tokenizer-json/bpe"));
     out = tu_run_ember(cli, "tokenize", args, "x\n", &st);
     ck_assert_int_eq(WEXITSTATUS(st), 1);
     ck_assert_ptr_nonnull(strstr(out, "model type BPE is not supported"));
