@@ -129,6 +129,21 @@ bool tu_in_list(char *const *list, int n, const char *s)
 
 int64_t tu_live_bytes(void) { return em_memory_stats_get(EM_CPU).live_bytes; }
 
+static int64_t leak_base;
+static void leak_setup(void) { leak_base = tu_live_bytes(); }
+static void leak_teardown(void)
+{
+    int64_t now = tu_live_bytes();
+    ck_assert_msg(now == leak_base, "live CPU bytes: %lld at the start, %lld at the end", (long long)leak_base,
+                  (long long)now);
+}
+
+TCase *tu_no_leaks(TCase *tc)
+{
+    tcase_add_checked_fixture(tc, leak_setup, leak_teardown);
+    return tc;
+}
+
 static const char *join(const char *env, const char *fallback, const char *rel)
 {
     static _Thread_local char bufs[8][4096];

@@ -67,6 +67,9 @@ bool tu_in_list(char *const *list, int n, const char *s);
 
 /* Live CPU bytes now. */
 int64_t tu_live_bytes(void);
+/* tc, whose tests must now each end with the live CPU bytes they began with
+ * (nothing leaked): a checked fixture, run in each test's own process. */
+TCase *tu_no_leaks(TCase *tc);
 /* Path under ../shared/data or tests/fixtures (from the env set by meson), in a
  * ring of 8 buffers per thread (shared by both: 8 may be in use at once). */
 const char *tu_shared_path(const char *rel);

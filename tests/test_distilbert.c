@@ -121,7 +121,6 @@ static int check_hf_parity(em_module *m, const char *golden, bool types, bool f6
 
 START_TEST(seqcls_logits_loss_and_every_gradient_match_hf)
 {
-    int64_t base = tu_live_bytes();
     em_distilbert_seqcls *m = NULL;
     em_load_report rep;
     ck_status(em_distilbert_seqcls_from_pretrained(tu_fixture_path("distilbert-tiny"),
@@ -144,7 +143,6 @@ START_TEST(seqcls_logits_loss_and_every_gradient_match_hf)
     }
     em_load_report_free(&rep);
     em_module_free(&m->base);
-    ck_assert_int_eq(tu_live_bytes(), base);
 }
 END_TEST
 
@@ -153,7 +151,6 @@ END_TEST
  * parameter (fixture bert-tiny-cls), with the same per-tensor criterion. */
 START_TEST(bert_seqcls_logits_loss_and_every_gradient_match_hf)
 {
-    int64_t base = tu_live_bytes();
     em_bert_seqcls *m = NULL;
     em_load_report rep;
     ck_status(em_bert_seqcls_from_pretrained(tu_fixture_path("bert-tiny-cls"), &(em_pretrained_opts){.strict = true},
@@ -166,7 +163,6 @@ START_TEST(bert_seqcls_logits_loss_and_every_gradient_match_hf)
     ck_assert_int_eq(check_hf_parity(&m->base, "bert_tiny_cls_golden.safetensors", true, false), 41);
     em_load_report_free(&rep);
     em_module_free(&m->base);
-    ck_assert_int_eq(tu_live_bytes(), base);
 }
 END_TEST
 
@@ -258,7 +254,6 @@ static const cJSON *field(const cJSON *j, const char *k)
 
 START_TEST(save_pretrained_round_trip_and_config_fields)
 {
-    int64_t base = tu_live_bytes();
     ck_assert_ptr_nonnull(tu_scratch_new("db"));
     em_distilbert_seqcls *m = NULL, *m2 = NULL;
     ck_status(em_distilbert_seqcls_from_pretrained(tu_fixture_path("distilbert-tiny"), NULL, &m, NULL), EM_OK);
@@ -322,7 +317,6 @@ START_TEST(save_pretrained_round_trip_and_config_fields)
     em_module_free(&m->base);
     em_module_free(&m2->base);
     tu_scratch_remove();
-    ck_assert_int_eq(tu_live_bytes(), base);
 }
 END_TEST
 
@@ -330,7 +324,6 @@ END_TEST
 
 START_TEST(mlm_checkpoint_loads_into_the_classifier_with_a_report)
 {
-    int64_t base = tu_live_bytes();
     const char *dir = tu_fixture_path("distilbert-tiny-mlm");
     em_distilbert_seqcls *m = NULL;
     em_load_report rep;
@@ -388,7 +381,6 @@ START_TEST(mlm_checkpoint_loads_into_the_classifier_with_a_report)
     ck_assert_ptr_null(m);
     ck_assert_ptr_nonnull(strstr(em_last_error(), "4 missing keys"));
     ck_assert_ptr_nonnull(strstr(em_last_error(), "5 unexpected keys"));
-    ck_assert_int_eq(tu_live_bytes(), base);
 }
 END_TEST
 
@@ -396,7 +388,6 @@ END_TEST
 
 START_TEST(bert_model_matches_hf_and_loads_into_the_classifier)
 {
-    int64_t base = tu_live_bytes();
     const char *dir = tu_fixture_path("bert-tiny");
     em_bert_model *m = NULL;
     em_load_report rep;
@@ -451,7 +442,6 @@ START_TEST(bert_model_matches_hf_and_loads_into_the_classifier)
     em_module_free(cls);
     em_module_free(cls2);
     tu_scratch_remove();
-    ck_assert_int_eq(tu_live_bytes(), base);
 }
 END_TEST
 
@@ -546,7 +536,6 @@ static void expect_refused(const char *config, em_status want, const char *msg)
 
 START_TEST(bad_folders_return_clear_errors)
 {
-    int64_t base = tu_live_bytes();
     ck_assert_ptr_nonnull(tu_scratch_new("db"));
     copy_file(tu_fixture_path("distilbert-tiny/model.safetensors"), tu_scratch_path("model.safetensors"));
     expect_refused(NULL, EM_ERR_NOT_FOUND, "config.json");   /* no config.json */
@@ -586,7 +575,6 @@ START_TEST(bad_folders_return_clear_errors)
     ck_status(em_seqcls_from_pretrained("/nonexistent/ember-model", NULL, &m, NULL), EM_ERR_NOT_FOUND);
     ck_assert_ptr_nonnull(strstr(em_last_error(), "/nonexistent/ember-model/config.json"));
     tu_scratch_remove();
-    ck_assert_int_eq(tu_live_bytes(), base);
 }
 END_TEST
 
@@ -644,12 +632,12 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("distilbert");
-    tu_add_tests(tu_case(s, "parity", 0), seqcls_logits_loss_and_every_gradient_match_hf,
+    tu_add_tests(tu_no_leaks(tu_case(s, "parity", 0)), seqcls_logits_loss_and_every_gradient_match_hf,
                  bert_seqcls_logits_loss_and_every_gradient_match_hf, parameter_names_and_count_are_hf_s,
                  base_model_from_a_classifier_checkpoint_drops_the_prefix, bf16_checkpoint_converts_to_f32,
                  mlm_checkpoint_loads_into_the_classifier_with_a_report,
                  bert_model_matches_hf_and_loads_into_the_classifier);
-    tu_add_tests(tu_case(s, "checkpoints", 0), save_pretrained_round_trip_and_config_fields,
+    tu_add_tests(tu_no_leaks(tu_case(s, "checkpoints", 0)), save_pretrained_round_trip_and_config_fields,
                  sharded_index_loads_like_the_single_file, num_labels_override_needs_ignore_mismatched_sizes,
                  bad_folders_return_clear_errors, save_into_an_unwritable_place_fails_cleanly,
                  out_of_memory_anywhere_in_loading_and_saving);
