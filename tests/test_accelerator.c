@@ -94,6 +94,15 @@ static toy_run run_of(toy_ds *ds, int64_t bs, bool shuffle)
     return r;
 }
 
+/* A run (toy_model.h) of just ds (which it then owns) and its loader of batches
+ * of bs, prepared on an accelerator of one with the default options. */
+static toy_run loader_run(toy_ds *ds, int64_t bs)
+{
+    toy_run r = { .ds = ds, .dl = loader(ds, bs, false), .acc = em_accelerator_new(NULL) };
+    ck_assert_int_eq(em_accelerator_prepare_dataloader(r.acc, r.dl), EM_OK);
+    return r;
+}
+
 /* Trains K-accumulated micro-steps over one epoch of N samples in batches of
  * bs, and compares with plain SGD on the windows' big batches. */
 static void check_windows(int64_t N, int64_t bs, int K)
@@ -313,28 +322,23 @@ END_TEST
  * the loader continues where it stopped. */
 START_TEST(test_early_break_end_loop)
 {
-    toy_ds *ds = toy_new(12, 3);
-    em_dataloader *dl = loader(ds, 2, false);
-    em_accelerator *acc = em_accelerator_new(NULL);
-    ck_assert_int_eq(em_accelerator_prepare_dataloader(acc, dl), EM_OK);
+    toy_run r = loader_run(toy_new(12, 3), 2);
     int depth = em_scope_depth(), seen = 0;
-    for (em_batch b; em_accelerator_next(acc, dl, &b);) {
+    for (em_batch b; em_accelerator_next(r.acc, r.dl, &b);) {
         if (++seen == 2) {
             ck_assert_int_eq(em_scope_depth(), depth + 1);   /* the batch's scope is open here */
-            em_accelerator_end_loop(acc, dl);
+            em_accelerator_end_loop(r.acc, r.dl);
             break;
         }
     }
     ck_assert_int_eq(em_scope_depth(), depth);
-    em_accelerator_end_loop(acc, dl);   /* nothing open: a no-op */
+    em_accelerator_end_loop(r.acc, r.dl);   /* nothing open: a no-op */
     ck_assert_int_eq(em_scope_depth(), depth);
-    ck_assert_int_eq(em_dataloader_state(dl).batch, 2);
+    ck_assert_int_eq(em_dataloader_state(r.dl).batch, 2);
     int rest = 0;
-    for (em_batch b; em_accelerator_next(acc, dl, &b);) rest++;
+    for (em_batch b; em_accelerator_next(r.acc, r.dl, &b);) rest++;
     ck_assert_int_eq(rest, 4);   /* 6 batches per epoch: it continued from batch 2 */
-    em_accelerator_free(acc);
-    em_dataloader_free(dl);
-    em_dataset_free(&ds->base);
+    toy_run_free(&r);
 }
 END_TEST
 
@@ -382,15 +386,12 @@ END_TEST
 
 START_TEST(test_gather_for_metrics_single)
 {
-    toy_ds *ds = toy_new(10, 1);
-    em_dataloader *dl = loader(ds, 4, false);
-    em_accelerator *acc = em_accelerator_new(NULL);
-    ck_assert_int_eq(em_accelerator_prepare_dataloader(acc, dl), EM_OK);
+    toy_run r = loader_run(toy_new(10, 1), 4);
     int64_t total = 0, sum = 0;
-    for (em_batch b; em_accelerator_next(acc, dl, &b);) {
+    for (em_batch b; em_accelerator_next(r.acc, r.dl, &b);) {
         em_tensor *out[2];
         em_tensor *in[2] = { b.labels, em_sum(b.labels, 0, NULL, false) };
-        ck_assert_int_eq(em_accelerator_gather_for_metrics(acc, 2, in, out), EM_OK);
+        ck_assert_int_eq(em_accelerator_gather_for_metrics(r.acc, 2, in, out), EM_OK);
         total += out[0]->shape[0];
         ck_assert_int_eq(out[1]->ndim, 1);
         ck_assert_int_eq(out[1]->shape[0], 1);
@@ -398,26 +399,24 @@ START_TEST(test_gather_for_metrics_single)
     }
     ck_assert_int_eq(total, 10);
     int64_t want = 0;
-    for (int i = 0; i < 10; i++) want += ds->labels[i];
+    for (int i = 0; i < 10; i++) want += r.ds->labels[i];
     ck_assert_int_eq(sum, want);
-    ck_assert(em_accelerator_is_main_process(acc) && em_accelerator_is_local_main_process(acc));
-    ck_assert(em_accelerator_is_last_process(acc));
-    ck_assert_int_eq(em_accelerator_num_processes(acc), 1);
+    ck_assert(em_accelerator_is_main_process(r.acc) && em_accelerator_is_local_main_process(r.acc));
+    ck_assert(em_accelerator_is_last_process(r.acc));
+    ck_assert_int_eq(em_accelerator_num_processes(r.acc), 1);
     int64_t b0, e0;
-    em_accelerator_split_between_processes(acc, 7, &b0, &e0);
+    em_accelerator_split_between_processes(r.acc, 7, &b0, &e0);
     ck_assert(b0 == 0 && e0 == 7);
     EM_SCOPE {
         em_tensor *t = em_arange(0, 5, 1, EM_F32, EM_CPU);
-        em_tensor *r = em_accelerator_reduce(acc, t, EM_RED_SUM);
-        ck_assert_double_eq(em_item(em_sum(r, 0, NULL, false)), 10);
+        em_tensor *red = em_accelerator_reduce(r.acc, t, EM_RED_SUM);
+        ck_assert_double_eq(em_item(em_sum(red, 0, NULL, false)), 10);
     }
     int ran = 0;
-    EM_ON_MAIN_PROCESS(acc) ran++;
-    EM_MAIN_PROCESS_FIRST(acc) { ran++; }
+    EM_ON_MAIN_PROCESS(r.acc) ran++;
+    EM_MAIN_PROCESS_FIRST(r.acc) { ran++; }
     ck_assert_int_eq(ran, 2);
-    em_accelerator_free(acc);
-    em_dataloader_free(dl);
-    em_dataset_free(&ds->base);
+    toy_run_free(&r);
 }
 END_TEST
 
