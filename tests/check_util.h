@@ -87,6 +87,10 @@ const char *tu_scratch_new(const char *tag);
 const char *tu_scratch(void);
 const char *tu_scratch_path(const char *name);
 int tu_scratch_remove(void);
+/* tc, each of whose tests now gets a fresh scratch directory (tu_scratch_new(tag)
+ * before it, tu_scratch_remove after, which must succeed): a checked fixture.
+ * One tag per test program. */
+TCase *tu_scratch_per_test(TCase *tc, const char *tag);
 /* tu_run_suite(s) with a fresh scratch directory (tu_scratch_new(tag)) that
  * its tests share, removed after with what failed tests left in it; 1 when
  * the directory cannot be made. */

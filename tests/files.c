@@ -24,6 +24,17 @@ const char *tu_scratch_new(const char *tag)
 
 const char *tu_scratch(void) { return scratch; }
 
+static const char *fixture_tag = "test";
+static void scratch_setup(void) { ck_assert_ptr_nonnull(tu_scratch_new(fixture_tag)); }
+static void scratch_teardown(void) { ck_assert_int_eq(tu_scratch_remove(), 0); }
+
+TCase *tu_scratch_per_test(TCase *tc, const char *tag)
+{
+    fixture_tag = tag;
+    tcase_add_checked_fixture(tc, scratch_setup, scratch_teardown);
+    return tc;
+}
+
 int tu_run_suite_scratch(Suite *s, const char *tag)
 {
     if (!tu_scratch_new(tag)) {

@@ -184,7 +184,6 @@ END_TEST
 /* Half-precision checkpoints load into f32 parameters (rounded values kept exactly). */
 START_TEST(bf16_checkpoint_converts_to_f32)
 {
-    ck_assert_ptr_nonnull(tu_scratch_new("db"));
     em_safetensors *st = NULL;
     ck_status(em_safetensors_open(tu_fixture_path("distilbert-tiny/model.safetensors"), &st), EM_OK);
     int n = em_safetensors_count(st);
@@ -209,7 +208,6 @@ START_TEST(bf16_checkpoint_converts_to_f32)
     }
     em_safetensors_close(st);
     em_module_free(&m->base);
-    tu_scratch_remove();
 }
 END_TEST
 
@@ -254,7 +252,6 @@ static const cJSON *field(const cJSON *j, const char *k)
 
 START_TEST(save_pretrained_round_trip_and_config_fields)
 {
-    ck_assert_ptr_nonnull(tu_scratch_new("db"));
     em_distilbert_seqcls *m = NULL, *m2 = NULL;
     ck_status(em_distilbert_seqcls_from_pretrained(tu_fixture_path("distilbert-tiny"), NULL, &m, NULL), EM_OK);
     const char *dir = tu_scratch_path("saved");
@@ -316,7 +313,6 @@ START_TEST(save_pretrained_round_trip_and_config_fields)
     ck_assert_int_ne(access(tu_scratch_path("saved/config.json.tmp"), F_OK), 0);
     em_module_free(&m->base);
     em_module_free(&m2->base);
-    tu_scratch_remove();
 }
 END_TEST
 
@@ -415,7 +411,6 @@ START_TEST(bert_model_matches_hf_and_loads_into_the_classifier)
     ck_assert_ptr_nonnull(em_module_get(cls, "bert.pooler.dense.bias"));
     em_module_train(cls, false);
     /* save and reload through the auto loader: same logits */
-    ck_assert_ptr_nonnull(tu_scratch_new("db"));
     ck_assert_int_eq(em_seqcls_num_labels(cls), 2);
     em_seqcls_set_labels(cls, 2, (const char *const[]){"no", "yes"});
     ck_status(em_save_pretrained(cls, tu_scratch_path("bert")), EM_OK);
@@ -441,7 +436,6 @@ START_TEST(bert_model_matches_hf_and_loads_into_the_classifier)
     em_load_report_free(&rep);
     em_module_free(cls);
     em_module_free(cls2);
-    tu_scratch_remove();
 }
 END_TEST
 
@@ -449,7 +443,6 @@ END_TEST
 
 START_TEST(sharded_index_loads_like_the_single_file)
 {
-    ck_assert_ptr_nonnull(tu_scratch_new("db"));
     em_safetensors *st = NULL;
     ck_assert_int_eq(em_safetensors_open(tu_fixture_path("distilbert-tiny/model.safetensors"), &st), EM_OK);
     int n = em_safetensors_count(st);
@@ -487,7 +480,6 @@ START_TEST(sharded_index_loads_like_the_single_file)
                "{\"weight_map\": {\"classifier.bias\": \"model-00002-of-00002.safetensors\"}}");
     ck_status(em_distilbert_seqcls_from_pretrained(tu_scratch(), NULL, &a, NULL), EM_ERR_FORMAT);
     ck_assert_ptr_nonnull(strstr(em_last_error(), "classifier.bias"));
-    tu_scratch_remove();
 }
 END_TEST
 
@@ -536,7 +528,6 @@ static void expect_refused(const char *config, em_status want, const char *msg)
 
 START_TEST(bad_folders_return_clear_errors)
 {
-    ck_assert_ptr_nonnull(tu_scratch_new("db"));
     copy_file(tu_fixture_path("distilbert-tiny/model.safetensors"), tu_scratch_path("model.safetensors"));
     expect_refused(NULL, EM_ERR_NOT_FOUND, "config.json");   /* no config.json */
     /* malformed JSON: the file and the position */
@@ -574,7 +565,6 @@ START_TEST(bad_folders_return_clear_errors)
     em_module *m = NULL;
     ck_status(em_seqcls_from_pretrained("/nonexistent/ember-model", NULL, &m, NULL), EM_ERR_NOT_FOUND);
     ck_assert_ptr_nonnull(strstr(em_last_error(), "/nonexistent/ember-model/config.json"));
-    tu_scratch_remove();
 }
 END_TEST
 
@@ -593,7 +583,6 @@ START_TEST(out_of_memory_anywhere_in_loading_and_saving)
 {
     int64_t base = tu_live_bytes();
     const char *dir = tu_fixture_path("distilbert-tiny-mlm");
-    ck_assert_ptr_nonnull(tu_scratch_new("db"));
     int n_ok = 0, n_oom = 0;
     for (int64_t n = 1; n < 100000 && n_ok == 0; n += 1 + n / 64) {
         em_distilbert_seqcls *m = NULL;
@@ -624,20 +613,18 @@ START_TEST(out_of_memory_anywhere_in_loading_and_saving)
         ck_assert_msg(s == EM_ERR_OOM, "allocation %lld: %s: %s", (long long)n, em_status_name(s), em_last_error());
     }
     em_module_free(&m->base);
-    tu_scratch_remove();
-    ck_assert_int_eq(tu_live_bytes(), base);
 }
 END_TEST
 
 int main(void)
 {
     Suite *s = suite_create("distilbert");
-    tu_add_tests(tu_no_leaks(tu_case(s, "parity", 0)), seqcls_logits_loss_and_every_gradient_match_hf,
+    tu_add_tests(tu_scratch_per_test(tu_no_leaks(tu_case(s, "parity", 0)), "db"), seqcls_logits_loss_and_every_gradient_match_hf,
                  bert_seqcls_logits_loss_and_every_gradient_match_hf, parameter_names_and_count_are_hf_s,
                  base_model_from_a_classifier_checkpoint_drops_the_prefix, bf16_checkpoint_converts_to_f32,
                  mlm_checkpoint_loads_into_the_classifier_with_a_report,
                  bert_model_matches_hf_and_loads_into_the_classifier);
-    tu_add_tests(tu_no_leaks(tu_case(s, "checkpoints", 0)), save_pretrained_round_trip_and_config_fields,
+    tu_add_tests(tu_scratch_per_test(tu_no_leaks(tu_case(s, "checkpoints", 0)), "db"), save_pretrained_round_trip_and_config_fields,
                  sharded_index_loads_like_the_single_file, num_labels_override_needs_ignore_mismatched_sizes,
                  bad_folders_return_clear_errors, save_into_an_unwritable_place_fails_cleanly,
                  out_of_memory_anywhere_in_loading_and_saving);

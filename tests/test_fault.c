@@ -12,12 +12,10 @@
 #include <string.h>
 #include <unistd.h>
 
-/* Each test gets a fresh scratch directory (the fixture); WRITE puts a
- * literal's bytes in a file there. */
+/* Each test gets a fresh scratch directory (tu_scratch_per_test); WRITE puts
+ * a literal's bytes in a file there. */
 #define WRITE(name, literal) tu_write_file(tu_scratch_path(name), literal, sizeof literal - 1)
 
-static void setup(void) { ck_assert_ptr_nonnull(tu_scratch_new("fault")); }
-static void teardown(void) { ck_assert_int_eq(tu_scratch_remove(), 0); }
 
 #define EXPECT_ERROR(call, status, text) do { \
     em_clear_error(); \
@@ -115,8 +113,7 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("fault");
-    TCase *tc = tu_case(s, "holes", 0);
-    tcase_add_checked_fixture(tc, setup, teardown);
+    TCase *tc = tu_scratch_per_test(tu_case(s, "holes", 0), "fault");
     tu_add_tests(tc, hole1_size_overflow_is_an_error, hole2_config_sizes_are_bounded, hole4_damaged_weights_are_refused,
                  hole5_bad_data_is_refused_with_its_place);
     tu_add_misuse_test(tc, hole6_use_after_release_is_named);

@@ -134,7 +134,6 @@ END_TEST
 /* A diamond: a feeds mul twice and add once; the leaf must be drawn once. */
 START_TEST(dot_labels_and_dedup)
 {
-    ck_assert_ptr_nonnull(tu_scratch_new("dot"));
     EM_SCOPE {
         em_tensor *a = em_requires_grad_(em_ones(EM_SHAPE(2, 3), EM_F64, EM_CPU), true);
         em_tensor *c = em_ones(EM_SHAPE(2, 3), EM_F64, EM_CPU);   /* no grad: a grey input */
@@ -168,13 +167,11 @@ START_TEST(dot_labels_and_dedup)
         free(dot);
         unlink(path);
     }
-    tu_scratch_remove();
 }
 END_TEST
 
 START_TEST(dot_of_a_long_chain)
 {
-    ck_assert_ptr_nonnull(tu_scratch_new("dot"));
     EM_SCOPE {
         em_tensor *x = em_requires_grad_(em_ones(EM_SHAPE(4), EM_F32, EM_CPU), true);
         em_tensor *h = x;
@@ -187,13 +184,11 @@ START_TEST(dot_of_a_long_chain)
         free(dot);
         unlink(path);
     }
-    tu_scratch_remove();
 }
 END_TEST
 
 START_TEST(dot_failures_name_the_path)
 {
-    ck_assert_ptr_nonnull(tu_scratch_new("dot"));
     EM_SCOPE {
         em_tensor *a = em_requires_grad_(em_ones(EM_SHAPE(3), EM_F32, EM_CPU), true);
         em_tensor *s = em_sum(em_mul(a, a), 0, NULL, false);
@@ -232,7 +227,6 @@ START_TEST(dot_failures_name_the_path)
         ck_assert_int_eq(access(path, F_OK), 0);
         unlink(path);
     }
-    tu_scratch_remove();
 }
 END_TEST
 
@@ -249,10 +243,10 @@ END_TEST
 static Suite *make_suite(void)
 {
     Suite *s = suite_create("mlp_golden");
-    TCase *tc = tu_case(s, "core", 0);
+    TCase *tc = tu_scratch_per_test(tu_case(s, "core", 0), "dot");
     tu_add_tests(tc, mlp_matches_pytorch, mlp_loop_returns_to_baseline, dot_labels_and_dedup,
                  dot_of_a_long_chain, dot_failures_name_the_path);
-    tu_add_misuse_tests(tc, dot_null_path_is_misuse);
+    tu_add_misuse_tests(tu_case(s, "misuse", 0), dot_null_path_is_misuse);
     return s;
 }
 

@@ -95,7 +95,6 @@ static const char *dt_tag[EM_NUM_DTYPES] = {"f32", "f64", "f16", "bf16", "i64", 
 
 START_TEST(round_trip_every_dtype)
 {
-    ck_assert_ptr_nonnull(tu_scratch_new("st"));
     int64_t base = tu_live_bytes();
     enum { PER = 4 };
     em_tensor *ts[EM_NUM_DTYPES * PER];
@@ -142,13 +141,11 @@ START_TEST(round_trip_every_dtype)
     em_safetensors_close(st);
     for (int i = 0; i < n; i++) em_release(ts[i]);
     ck_assert_int_eq(tu_live_bytes(), base);
-    tu_scratch_remove();
 }
 END_TEST
 
 START_TEST(round_trip_non_contiguous)
 {
-    ck_assert_ptr_nonnull(tu_scratch_new("st"));
     int64_t base = tu_live_bytes();
     const em_dtype dts[] = {EM_F32, EM_F16, EM_I64, EM_BOOL, EM_F64};
     em_tensor *owners[16], *ts[32];
@@ -191,13 +188,11 @@ START_TEST(round_trip_non_contiguous)
     for (int i = 0; i < n; i++) em_release(ts[i]);
     for (int i = 0; i < no; i++) em_release(owners[i]);
     ck_assert_int_eq(tu_live_bytes(), base);
-    tu_scratch_remove();
 }
 END_TEST
 
 START_TEST(metadata_round_trip)
 {
-    ck_assert_ptr_nonnull(tu_scratch_new("st"));
     const char *keys[] = {"format", "quote\"back\\slash", "\xc3\xbcnic\xc3\xb8" "de", "empty"};
     const char *vals[] = {"pt", "line\nbreak\ttab\x01" "ctl/", "\xe5\x80\xa4", ""};
     em_tensor *t = filled(2, EM_F32, 1);
@@ -230,7 +225,6 @@ START_TEST(metadata_round_trip)
     ck_assert_ptr_null(strstr((char *)b + 8, "__metadata__"));
     free(b);
     em_release(t);
-    tu_scratch_remove();
 }
 END_TEST
 
@@ -239,7 +233,6 @@ END_TEST
  * name; compact JSON; header padded with spaces to a multiple of 8. */
 START_TEST(header_layout_matches_python_writer)
 {
-    ck_assert_ptr_nonnull(tu_scratch_new("st"));
     float b[2] = {1.0f, -2.5f};
     int64_t a = -7;
     uint8_t c[3] = {1, 0, 1};
@@ -276,7 +269,6 @@ START_TEST(header_layout_matches_python_writer)
     for (int i = 0; i < 4; i++) ck_assert_str_eq(em_safetensors_name(st, i), order[i]);
     em_safetensors_close(st);
     for (int i = 0; i < 4; i++) em_release(ts[i]);
-    tu_scratch_remove();
 }
 END_TEST
 
@@ -284,7 +276,6 @@ END_TEST
  * (tools/make-safetensors-fixture.py); the values are restated here. */
 START_TEST(torch_fixture)
 {
-    ck_assert_ptr_nonnull(tu_scratch_new("st"));
     int64_t base = tu_live_bytes();
     const char *fx = tu_fixture_path("st_torch.safetensors");
     em_safetensors *st = NULL;
@@ -371,7 +362,6 @@ START_TEST(torch_fixture)
     for (int i = 0; i < N; i++) em_release(t[i]);
     em_safetensors_close(st);
     ck_assert_int_eq(tu_live_bytes(), base);
-    tu_scratch_remove();
 }
 END_TEST
 
@@ -380,7 +370,6 @@ END_TEST
  * and BOOL bytes other than 0/1 (read as true). */
 START_TEST(reads_unaligned_and_loose_headers)
 {
-    ck_assert_ptr_nonnull(tu_scratch_new("st"));
     double v[2] = {1.0 / 3, -1e300};
     uint8_t data[16 + 3];
     memcpy(data, v, 16);
@@ -404,13 +393,11 @@ START_TEST(reads_unaligned_and_loose_headers)
     em_release(d);
     em_release(m);
     em_safetensors_close(st);
-    tu_scratch_remove();
 }
 END_TEST
 
 START_TEST(missing_file_and_missing_tensor)
 {
-    ck_assert_ptr_nonnull(tu_scratch_new("st"));
     em_safetensors *st = (em_safetensors *)1;
     const char *path = tu_scratch_path("nope.safetensors");
     ck_assert_int_eq(em_safetensors_open(path, &st), EM_ERR_NOT_FOUND);
@@ -430,7 +417,6 @@ START_TEST(missing_file_and_missing_tensor)
     assert_error_mentions(path, "no tensor named 'w2'");
     em_safetensors_close(st);
     em_release(t);
-    tu_scratch_remove();
 }
 END_TEST
 
@@ -438,7 +424,6 @@ END_TEST
 
 START_TEST(save_into_missing_directory_fails_cleanly)
 {
-    ck_assert_ptr_nonnull(tu_scratch_new("st"));
     em_tensor *t = filled(3, EM_F32, 1);
     const char *path = tu_scratch_path("no-such-dir/x.safetensors");
     em_status s = em_safetensors_save(path, 1, (const char *[]){"w"}, &t, 0, NULL, NULL);
@@ -453,7 +438,6 @@ START_TEST(save_into_missing_directory_fails_cleanly)
     closedir(d);
     ck_assert_int_eq(entries, 0);
     em_release(t);
-    tu_scratch_remove();
 }
 END_TEST
 
@@ -461,7 +445,6 @@ END_TEST
  * temporary must go, the directory must stay. */
 START_TEST(save_over_a_directory_removes_the_temporary)
 {
-    ck_assert_ptr_nonnull(tu_scratch_new("st"));
     const char *path = tu_scratch_path("adir");
     ck_assert_int_eq(mkdir(path, 0755), 0);
     ck_assert_int_eq(mkdir(tu_scratch_path("adir/inner"), 0755), 0);
@@ -473,7 +456,6 @@ START_TEST(save_over_a_directory_removes_the_temporary)
     ck_assert(S_ISDIR(sb.st_mode));
     ck_assert_int_eq(count_temporaries(), 0);
     em_release(t);
-    tu_scratch_remove();
 }
 END_TEST
 
@@ -481,7 +463,6 @@ END_TEST
  * no temporary is left, nothing leaks; once enough succeed the save lands. */
 START_TEST(failed_save_keeps_the_old_file)
 {
-    ck_assert_ptr_nonnull(tu_scratch_new("st"));
     const char *path = tu_scratch_path("model.safetensors");
     em_tensor *old = filled(4, EM_F32, 1.5);
     ck_assert_int_eq(em_safetensors_save(path, 1, (const char *[]){"old"}, &old, 0, NULL, NULL), EM_OK);
@@ -527,7 +508,6 @@ START_TEST(failed_save_keeps_the_old_file)
     em_release(at);
     em_release(a);
     em_release(old);
-    tu_scratch_remove();
 }
 END_TEST
 
@@ -547,7 +527,6 @@ typedef struct corrupt_case {
 
 START_TEST(corrupt_files_are_rejected)
 {
-    ck_assert_ptr_nonnull(tu_scratch_new("st"));
     int64_t base = tu_live_bytes();
     static const uint8_t len_100[13] = {100, 0, 0, 0, 0, 0, 0, 0, '{', '}', ' ', ' ', ' '};
     static const uint8_t len_cap[8] = {0x01, 0xe1, 0xf5, 0x05, 0, 0, 0, 0};   /* 100000001 */
@@ -653,7 +632,6 @@ START_TEST(corrupt_files_are_rejected)
     assert_error_mentions(path, "tensor 'w': data_offsets [0, 80] run past the end of the data section (77 bytes; is the file truncated?)");
     em_release(t);
     ck_assert_int_eq(tu_live_bytes(), base);
-    tu_scratch_remove();
 }
 END_TEST
 
@@ -661,7 +639,6 @@ END_TEST
 
 static void oom_open_get_loop(bool sticky)
 {
-    ck_assert_ptr_nonnull(tu_scratch_new("st"));
     const char *path = tu_scratch_path("oom.safetensors");
     em_tensor *ts[3] = {tu_rand_tensor(EM_SHAPE(3, 4), EM_F32, -1, 1, 1, NULL),
                         tu_rand_tensor(EM_SHAPE(5), EM_I64, -9, 9, 2, NULL),
@@ -698,7 +675,6 @@ static void oom_open_get_loop(bool sticky)
     }
     ck_assert_msg(completed > 5, "open+get finished after only %d allocations", completed);
     for (int i = 0; i < 3; i++) em_release(ts[i]);
-    tu_scratch_remove();
 }
 
 TU_TEST(oom_at_every_allocation_of_open_and_get, oom_open_get_loop(false))
@@ -752,7 +728,6 @@ END_TEST
  * the file, a damaged checksum field too; plain saves carry no key. */
 START_TEST(checked_save_refuses_a_damaged_byte)
 {
-    ck_assert_ptr_nonnull(tu_scratch_new("st"));
     em_tensor *ids = em_arange(0, 6, 1, EM_I64, EM_CPU), *ids23 = em_reshape(ids, EM_SHAPE(2, 3));
     em_tensor *ts[2] = {filled(1000, EM_F32, 0.25), em_transpose(ids23, 0, 1)};   /* one strided */
     const char *names[2] = {"w", "ids"};
@@ -797,7 +772,6 @@ START_TEST(checked_save_refuses_a_damaged_byte)
     em_release(ts[1]);
     em_release(ids23);
     em_release(ids);
-    tu_scratch_remove();
 }
 END_TEST
 
@@ -813,8 +787,8 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("safetensors");
-    tu_add_tests(tu_case(s, "safetensors", 0), round_trip_every_dtype, checked_save_refuses_a_damaged_byte,
-                 round_trip_non_contiguous, metadata_round_trip, header_layout_matches_python_writer,
+    TCase *tc = tu_scratch_per_test(tu_case(s, "safetensors", 0), "st");
+    tu_add_tests(tc, round_trip_every_dtype, checked_save_refuses_a_damaged_byte, round_trip_non_contiguous, metadata_round_trip, header_layout_matches_python_writer,
                  torch_fixture, reads_unaligned_and_loose_headers, missing_file_and_missing_tensor,
                  save_into_missing_directory_fails_cleanly, save_over_a_directory_removes_the_temporary,
                  failed_save_keeps_the_old_file, corrupt_files_are_rejected,
