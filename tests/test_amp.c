@@ -435,70 +435,33 @@ START_TEST(scaler_warns_clip_before_unscale)
 END_TEST
 
 /* ---- misuse: torch's messages ------------------------------------------------------------------ */
-START_TEST(misuse_unscale_twice)
+/* A default GradScaler in *s and an SGD over one parameter with a gradient. */
+static em_optimizer *scaled_sgd(em_grad_scaler **s)
 {
-    tu_expect_misuse("unscale_() has already been called on this optimizer since the last update().");
     em_tensor *p;
     em_optimizer *opt = one_param(&p, 1.0);
-    em_grad_scaler *s = em_grad_scaler_new(NULL);
-    em_grad_scaler_unscale_(s, opt);
-    em_grad_scaler_unscale_(s, opt);
+    *s = em_grad_scaler_new(NULL);
+    return opt;
 }
-END_TEST
 
-START_TEST(misuse_unscale_after_step)
-{
-    tu_expect_misuse("unscale_() is being called after step().");
-    em_tensor *p;
-    em_optimizer *opt = one_param(&p, 1.0);
-    em_grad_scaler *s = em_grad_scaler_new(NULL);
-    em_grad_scaler_step(s, opt, NULL);
-    em_grad_scaler_unscale_(s, opt);
-}
-END_TEST
-
-START_TEST(misuse_step_twice)
-{
-    tu_expect_misuse("step() has already been called since the last update().");
-    em_tensor *p;
-    em_optimizer *opt = one_param(&p, 1.0);
-    em_grad_scaler *s = em_grad_scaler_new(NULL);
-    em_grad_scaler_step(s, opt, NULL);
-    em_grad_scaler_step(s, opt, NULL);
-}
-END_TEST
-
-START_TEST(misuse_update_without_checks)
-{
-    tu_expect_misuse("No inf checks were recorded prior to update.");
-    em_grad_scaler *s = em_grad_scaler_new(NULL);
-    em_grad_scaler_update(s);
-}
-END_TEST
-
-START_TEST(misuse_step_without_grads)
-{
-    tu_expect_misuse("No inf checks were recorded for this optimizer.");
-    em_tensor *p = em_requires_grad_(em_ones(EM_SHAPE(3), EM_F32, EM_CPU), true);
-    em_optimizer *opt = em_sgd_new(&p, 1, NULL);
-    em_grad_scaler *s = em_grad_scaler_new(NULL);
-    em_grad_scaler_step(s, opt, NULL);
-}
-END_TEST
-
-START_TEST(misuse_growth_factor)
-{
-    tu_expect_misuse("The growth factor must be > 1.0.");
-    em_grad_scaler_new(&(em_grad_scaler_opts){.growth_factor = 0.9});
-}
-END_TEST
-
-START_TEST(misuse_backoff_factor)
-{
-    tu_expect_misuse("The backoff factor must be < 1.0.");
-    em_grad_scaler_new(&(em_grad_scaler_opts){.backoff_factor = 1.5});
-}
-END_TEST
+TU_MISUSE(misuse_unscale_twice, "unscale_() has already been called on this optimizer since the last update().",
+          em_grad_scaler *s; em_optimizer *opt = scaled_sgd(&s); em_grad_scaler_unscale_(s, opt);
+          em_grad_scaler_unscale_(s, opt))
+TU_MISUSE(misuse_unscale_after_step, "unscale_() is being called after step().",
+          em_grad_scaler *s; em_optimizer *opt = scaled_sgd(&s); em_grad_scaler_step(s, opt, NULL);
+          em_grad_scaler_unscale_(s, opt))
+TU_MISUSE(misuse_step_twice, "step() has already been called since the last update().",
+          em_grad_scaler *s; em_optimizer *opt = scaled_sgd(&s); em_grad_scaler_step(s, opt, NULL);
+          em_grad_scaler_step(s, opt, NULL))
+TU_MISUSE(misuse_update_without_checks, "No inf checks were recorded prior to update.",
+          em_grad_scaler_update(em_grad_scaler_new(NULL)))
+TU_MISUSE(misuse_step_without_grads, "No inf checks were recorded for this optimizer.",
+          em_tensor *p = em_requires_grad_(em_ones(EM_SHAPE(3), EM_F32, EM_CPU), true);
+          em_grad_scaler_step(em_grad_scaler_new(NULL), em_sgd_new(&p, 1, NULL), NULL))
+TU_MISUSE(misuse_growth_factor, "The growth factor must be > 1.0.",
+          em_grad_scaler_new(&(em_grad_scaler_opts){.growth_factor = 0.9}))
+TU_MISUSE(misuse_backoff_factor, "The backoff factor must be < 1.0.",
+          em_grad_scaler_new(&(em_grad_scaler_opts){.backoff_factor = 1.5}))
 
 /* ---- a training run with injected inf/NaN gradients ----------------------------------------------- */
 #define MLP_N 32
@@ -833,26 +796,10 @@ START_TEST(cache_bounded_and_freed)
 }
 END_TEST
 
-START_TEST(misuse_autocast_dtype)
-{
-    tu_expect_misuse("em_autocast_begin: dtype must be bfloat16 or float16");
-    em_autocast_begin(EM_F64);
-}
-END_TEST
-
-START_TEST(misuse_autocast_unbalanced)
-{
-    tu_expect_misuse("no autocast region is open");
-    em_autocast_end();
-}
-END_TEST
-
-START_TEST(misuse_matmul_mixed_outside)
-{
-    tu_expect_misuse("em_matmul: operands differ in dtype");
-    em_matmul(em_ones(EM_SHAPE(2, 2), EM_BF16, EM_CPU), em_ones(EM_SHAPE(2, 2), EM_F32, EM_CPU));
-}
-END_TEST
+TU_MISUSE(misuse_autocast_dtype, "em_autocast_begin: dtype must be bfloat16 or float16", em_autocast_begin(EM_F64))
+TU_MISUSE(misuse_autocast_unbalanced, "no autocast region is open", em_autocast_end())
+TU_MISUSE(misuse_matmul_mixed_outside, "em_matmul: operands differ in dtype",
+          em_matmul(em_ones(EM_SHAPE(2, 2), EM_BF16, EM_CPU), em_ones(EM_SHAPE(2, 2), EM_F32, EM_CPU)))
 
 /* ---- bf16 / f16 matmul tolerance ------------------------------------------------------------------ */
 /* |got - ref| <= tol * (|a| |b|)_ij for C = A B, with a, b the f32 inputs
