@@ -130,6 +130,13 @@ START_TEST(mlp_loop_returns_to_baseline)
 }
 END_TEST
 
+/* The DOT that em_graph_dot(t, path) writes (asserted EM_OK), malloc'd. */
+static char *dot_of(em_tensor *t, const char *path)
+{
+    ck_assert_int_eq(em_graph_dot(t, path), EM_OK);
+    return tu_read_file(path, NULL);
+}
+
 /* ---- em_graph_dot --------------------------------------------------------------------- */
 /* A diamond: a feeds mul twice and add once; the leaf must be drawn once. */
 START_TEST(dot_labels_and_dedup)
@@ -139,8 +146,7 @@ START_TEST(dot_labels_and_dedup)
         em_tensor *c = em_ones(EM_SHAPE(2, 3), EM_F64, EM_CPU);   /* no grad: a grey input */
         em_tensor *s = em_sum(em_add(em_mul(a, a), em_mul(a, c)), 0, NULL, true);
         const char *path = tu_scratch_path("g.dot");
-        ck_assert_int_eq(em_graph_dot(s, path), EM_OK);
-        char *dot = tu_read_file(path, NULL);
+        char *dot = dot_of(s, path);
         ck_assert_ptr_nonnull(dot);
         ck_assert_msg(!strncmp(dot, "digraph ember {", 15) && strstr(dot, "}\n"), "not a digraph:\n%s", dot);
         ck_assert_msg(strstr(dot, "\"mul\\n[2,3] float64\""), "no mul box:\n%s", dot);
@@ -160,12 +166,10 @@ START_TEST(dot_labels_and_dedup)
         ck_assert_int_ne(access(tmp, F_OK), 0);
 
         /* a leaf alone is one ellipse; rewriting replaces the file */
-        ck_assert_int_eq(em_graph_dot(a, path), EM_OK);
-        dot = tu_read_file(path, NULL);
+        dot = dot_of(a, path);
         ck_assert_int_eq(count(dot, "requires_grad"), 1);
         ck_assert_int_eq(count(dot, " -> "), 0);
         free(dot);
-        unlink(path);
     }
 }
 END_TEST
@@ -176,13 +180,10 @@ START_TEST(dot_of_a_long_chain)
         em_tensor *x = em_requires_grad_(em_ones(EM_SHAPE(4), EM_F32, EM_CPU), true);
         em_tensor *h = x;
         for (int i = 0; i < 10000; i++) h = em_neg(h);
-        const char *path = tu_scratch_path("chain.dot");
-        ck_assert_int_eq(em_graph_dot(h, path), EM_OK);
-        char *dot = tu_read_file(path, NULL);
+        char *dot = dot_of(h, tu_scratch_path("chain.dot"));
         ck_assert_int_eq(count(dot, "\"neg\\n[4] float32\""), 10000);
         ck_assert_int_eq(count(dot, " -> "), 10001);
         free(dot);
-        unlink(path);
     }
 }
 END_TEST
