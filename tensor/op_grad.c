@@ -2,6 +2,7 @@
  * GELU backward kernels, embedding with a padding_idx, and scaled dot-product
  * attention: composed from recorded ops, or the fused op SDPA on CUDA. */
 #include "tensor/op_grad.h"
+#include "tensor/op_nn.h"
 #include "tensor/tensor_internal.h"
 
 #include <float.h>
@@ -19,11 +20,7 @@ em_tensor *em__gelu_backward(em_tensor *x, em_tensor *dy, bool tanh_approx)
 {
     const char *op = tanh_approx ? "em_gelu_tanh_backward" : "em_gelu_backward";
     EM_PROPAGATE_NULL(x, dy);
-    EM_CHECK(em_dtype_is_float(x->dtype) && x->dtype == dy->dtype, op,
-             "x and dy must share a floating-point dtype, got %s and %s", em_dtype_name(x->dtype),
-             em_dtype_name(dy->dtype));
-    EM_CHECK(same_shape(x, dy), op, "x %s and dy %s differ in shape", em__shape_str(x), em__shape_str(dy));
-    EM_CHECK(em_device_eq(x->device, dy->device), op, "x and dy are on different devices");
+    if (!em__check_same(op, "x", x, "dy", dy)) return NULL;
     em_tensor *r = NULL;
     em_scope_begin();
     em_tensor *dx = em__empty(x->ndim, x->shape, x->dtype, x->device);

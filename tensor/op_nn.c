@@ -84,15 +84,25 @@ static em_tensor *softmax_op(em_tensor *t, int dim, em_op opc, const char *op)
 em_tensor *em_softmax(em_tensor *t, int dim) { return softmax_op(t, dim, EM_OP_SOFTMAX, "em_softmax"); }
 em_tensor *em_log_softmax(em_tensor *t, int dim) { return softmax_op(t, dim, EM_OP_LOG_SOFTMAX, "em_log_softmax"); }
 
+bool em__check_same(const char *op, const char *an, const em_tensor *a, const char *bn, const em_tensor *b)
+{
+    if (!(em_dtype_is_float(a->dtype) && a->dtype == b->dtype))
+        em__misuse(op, "%s and %s must share a floating-point dtype, got %s and %s", an, bn, em_dtype_name(a->dtype),
+                   em_dtype_name(b->dtype));
+    else if (!same_shape(a, b))
+        em__misuse(op, "%s %s and %s %s differ in shape", an, em__shape_str(a), bn, em__shape_str(b));
+    else if (!em_device_eq(a->device, b->device))
+        em__misuse(op, "%s and %s are on different devices", an, bn);
+    else
+        return true;
+    return false;
+}
+
 em_tensor *em__softmax_backward(em_tensor *y, em_tensor *dy, int dim, bool log)
 {
     const char *op = log ? "em_log_softmax_backward" : "em_softmax_backward";
     EM_PROPAGATE_NULL(y, dy);
-    EM_CHECK(em_dtype_is_float(y->dtype) && y->dtype == dy->dtype, op,
-             "y and dy must share a floating-point dtype, got %s and %s", em_dtype_name(y->dtype),
-             em_dtype_name(dy->dtype));
-    EM_CHECK(same_shape(y, dy), op, "y %s and dy %s differ in shape", em__shape_str(y), em__shape_str(dy));
-    EM_CHECK(em_device_eq(y->device, dy->device), op, "y and dy are on different devices");
+    if (!em__check_same(op, "y", y, "dy", dy)) return NULL;
     int d = em__wrap_dim(dim, y->ndim, op);
     if (d < 0) return NULL;
     em_scope_begin();
