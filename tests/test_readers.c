@@ -26,6 +26,20 @@ static const char *tmp_file_n(const char *name, const char *content, size_t len)
 }
 static const char *tmp_file(const char *name, const char *content) { return tmp_file_n(name, content, strlen(content)); }
 
+/* The cells of t (row, column, the text wanted), a list ended by {0}. */
+typedef struct cell {
+    int64_t row, col;
+    const char *want;
+} cell;
+static void expect_cells(const em_table *t, const cell *c)
+{
+    for (; c->want; c++) {
+        const char *got = em_table_get(t, c->row, c->col);
+        ck_assert_msg(got && !strcmp(got, c->want), "cell [%lld, %lld]: \"%s\", want \"%s\"", (long long)c->row,
+                      (long long)c->col, got ? got : "(null)", c->want);
+    }
+}
+
 /* Asserts status `want` and the exact message (printf format). */
 static void expect_fail(em_status got, em_status want, const char *fmt, ...)
 {
@@ -60,9 +74,9 @@ START_TEST(test_sst2_tables)
     ck_assert_int_eq(em_table_col(t, "label"), 1);
     ck_assert_int_eq(em_table_col(t, "Label"), -1);
     ck_assert_str_eq(em_table_col_name(t, 1), "label");
-    ck_assert_str_eq(em_table_get(t, 0, 0), "hide new secretions from the parental units ");
-    ck_assert_str_eq(em_table_get(t, 0, 1), "0");
-    ck_assert_str_eq(em_table_get(t, 4, 0), "on the worst revenge-of-the-nerds clichés the filmmakers could dredge up ");
+    expect_cells(t, (const cell[]){{0, 0, "hide new secretions from the parental units "}, {0, 1, "0"},
+                                      {4, 0, "on the worst revenge-of-the-nerds clichés the filmmakers could dredge up "},
+                                      {0}});
     ck_assert_int_eq(em_table_line(t, 4), 6);
     ck_assert_str_eq(em_table_get(t, 67348, 0),
                      "this new jangle of noise , mayhem and stupidity must be a serious contender for the title . ");
@@ -225,12 +239,8 @@ START_TEST(test_tsv)
     ck_assert_int_eq(em_table_read_tsv(p, NULL, &t), EM_OK);
     ck_assert_int_eq(em_table_rows(t), 4);
     ck_assert_str_eq(em_table_col_name(t, 0), "text");
-    ck_assert_str_eq(em_table_get(t, 0, 0), "\"quoted\" text");
-    ck_assert_str_eq(em_table_get(t, 1, 0), "");
-    ck_assert_str_eq(em_table_get(t, 1, 1), "0");
-    ck_assert_str_eq(em_table_get(t, 2, 0), "last");
-    ck_assert_str_eq(em_table_get(t, 2, 1), "");
-    ck_assert_str_eq(em_table_get(t, 3, 1), "y");
+    expect_cells(t, (const cell[]){{0, 0, "\"quoted\" text"}, {1, 0, ""}, {1, 1, "0"}, {2, 0, "last"}, {2, 1, ""},
+                                      {3, 1, "y"}, {0}});
     ck_assert_int_eq(em_table_line(t, 1), 4);
     ck_assert_int_eq(em_table_line(t, 3), 7);
     em_table_free(t);
@@ -325,16 +335,10 @@ START_TEST(test_csv_quoting)
     ck_assert_msg(st == EM_OK, "%s", em_last_error());
     ck_assert_int_eq(em_table_rows(t), 8);
     ck_assert_int_eq(em_table_cols(t), 3);
-    ck_assert_str_eq(em_table_get(t, 0, 1), "hello, world");
-    ck_assert_str_eq(em_table_get(t, 1, 1), "she said \"hi\"");
-    ck_assert_str_eq(em_table_get(t, 2, 1), "multi\nline\r\ntext");
-    ck_assert_str_eq(em_table_get(t, 3, 1), "");
-    ck_assert_str_eq(em_table_get(t, 4, 1), "");
-    ck_assert_str_eq(em_table_get(t, 5, 1), "plain \"quote\" inside");
-    ck_assert_str_eq(em_table_get(t, 6, 0), "7");
-    ck_assert_str_eq(em_table_get(t, 6, 1), "\"");
-    ck_assert_str_eq(em_table_get(t, 6, 2), "a");
-    ck_assert_str_eq(em_table_get(t, 7, 2), "");
+    expect_cells(t, (const cell[]){{0, 1, "hello, world"}, {1, 1, "she said \"hi\""},
+                                      {2, 1, "multi\nline\r\ntext"}, {3, 1, ""}, {4, 1, ""},
+                                      {5, 1, "plain \"quote\" inside"}, {6, 0, "7"}, {6, 1, "\""}, {6, 2, "a"},
+                                      {7, 2, ""}, {0}});
     static const int64_t lines[] = { 2, 3, 4, 7, 8, 9, 10, 11 };
     for (int r = 0; r < 8; r++) ck_assert_int_eq(em_table_line(t, r), lines[r]);
     em_table_free(t);
@@ -398,19 +402,10 @@ START_TEST(test_jsonl)
     ck_assert_msg(st == EM_OK, "%s", em_last_error());
     ck_assert_int_eq(em_table_rows(t), 4);
     ck_assert_int_eq(em_table_cols(t), 4);
-    ck_assert_str_eq(em_table_get(t, 0, 0), "hello");
-    ck_assert_str_eq(em_table_get(t, 0, 1), "1");
-    ck_assert_str_eq(em_table_get(t, 0, 2), "0.5");
-    ck_assert_str_eq(em_table_get(t, 0, 3), "true");
-    ck_assert_str_eq(em_table_get(t, 1, 0), "caf\xC3\xA9 \xF0\x9F\x98\x80\t\"");
-    ck_assert_str_eq(em_table_get(t, 1, 2), "1e+20");
-    ck_assert_str_eq(em_table_get(t, 1, 3), "false");
-    ck_assert_str_eq(em_table_get(t, 2, 0), "last");
-    ck_assert_str_eq(em_table_get(t, 2, 1), "-3");
-    ck_assert_str_eq(em_table_get(t, 2, 2), "1");
-    ck_assert_str_eq(em_table_get(t, 3, 0), "");
-    ck_assert_str_eq(em_table_get(t, 3, 1), "2");
-    ck_assert_str_eq(em_table_get(t, 3, 2), "0.1");
+    expect_cells(t, (const cell[]){{0, 0, "hello"}, {0, 1, "1"}, {0, 2, "0.5"}, {0, 3, "true"},
+                                      {1, 0, "caf\xC3\xA9 \xF0\x9F\x98\x80\t\""}, {1, 2, "1e+20"}, {1, 3, "false"},
+                                      {2, 0, "last"}, {2, 1, "-3"}, {2, 2, "1"}, {3, 0, ""}, {3, 1, "2"},
+                                      {3, 2, "0.1"}, {0}});
     ck_assert_int_eq(em_table_line(t, 1), 3);
     ck_assert_int_eq(em_table_line(t, 3), 5);
     em_table_free(t);
