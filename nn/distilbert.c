@@ -126,11 +126,6 @@ static em_distilbert_seqcls *seqcls_build(const em_distilbert_config *cfg)
 
 /* ---- forward ------------------------------------------------------------------------------ */
 
-static em_tensor *block_forward(void *block, em_tensor *x, em_tensor *m4, const em__packing *plan)
-{
-    return em__block_forward4(block, x, m4, plan);
-}
-
 /* The encoder (em__encoder_forward; first_only as there). */
 static em_tensor *encode(em_distilbert_model *m, em_tensor *ids, em_tensor *mask, bool first_only, const char *op)
 {
@@ -138,7 +133,7 @@ static em_tensor *encode(em_distilbert_model *m, em_tensor *ids, em_tensor *mask
     em__encoder enc = {.word = e->word_embeddings, .position = e->position_embeddings, .position_ids = e->position_ids,
                        .ln = e->LayerNorm, .dropout = e->dropout, .layers = (void *const *)m->layer,
                        .n_layers = m->config.n_layers, .max_positions = m->config.max_position_embeddings,
-                       .layer_forward = block_forward};
+                       .layer_forward = em__block_forward4};
     return em__encoder_forward(&enc, ids, mask, NULL, first_only, op);
 }
 

@@ -45,13 +45,13 @@ em_tensor *em__mha_core(em_tensor *q, em_tensor *k, em_tensor *v, em_tensor *mas
  * a mask, and the padding query rows of the context are left unspecified (not read). */
 em_tensor *em__mha_core_lens(em_tensor *q, em_tensor *k, em_tensor *v, em_tensor *lens, int64_t n_heads,
                              double dropout_p);
-/* DistilBERT's attention and block with a ready [B,1,1,S] mask (or NULL);
- * x is checked by the caller. With a plan (nn/unpad.c), x is the packed [n,D]
- * rows instead, and only attention sees [B,S,D] (mask4 unused). */
+/* DistilBERT's attention (an em_nn_mhsa) and block (an
+ * em_nn_transformer_block) with a ready [B,1,1,S] mask (or NULL): em__layer_fn
+ * (below); x is checked by the caller. With a plan (nn/unpad.c), x is the
+ * packed [n,D] rows instead, and only attention sees [B,S,D] (mask4 unused). */
 struct em__packing;
-em_tensor *em__mhsa_forward4(em_nn_mhsa *a, em_tensor *x, em_tensor *mask4, const struct em__packing *plan);
-em_tensor *em__block_forward4(em_nn_transformer_block *b, em_tensor *x, em_tensor *mask4,
-                              const struct em__packing *plan);
+em_tensor *em__mhsa_forward4(void *mhsa, em_tensor *x, em_tensor *mask4, const struct em__packing *plan);
+em_tensor *em__block_forward4(void *block, em_tensor *x, em_tensor *mask4, const struct em__packing *plan);
 /* ---- unpadding (nn/unpad.c) ------------------------------------------------------- */
 /* The real tokens of a right-padded batch: pack (i64 [n]) lists each real token's
  * padded row b*S+s in order; unpack (i64 [B*S]) gives each padded row's packed row
