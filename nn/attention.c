@@ -101,17 +101,23 @@ static em_tensor *checked_forward(em__layer_fn fwd, void *layer, int64_t dim, em
     return r;
 }
 
+em_tensor *em__attention_context(em_nn_linear *q_lin, em_nn_linear *k_lin, em_nn_linear *v_lin, int64_t n_heads,
+                                  const em_nn_dropout *dropout, em_tensor *x, em_tensor *mask4, const em__packing *plan)
+{
+    double p = dropout->base.training ? dropout->p : 0.0;
+    em_tensor *q = em_nn_linear_forward(q_lin, x), *k = em_nn_linear_forward(k_lin, x);
+    em_tensor *v = em_nn_linear_forward(v_lin, x);
+    if (plan) q = em__unpack_rows(plan, q), k = em__unpack_rows(plan, k), v = em__unpack_rows(plan, v);
+    return plan ? em__pack_rows(plan, em__mha_core_lens(q, k, v, plan->lens, n_heads, p))
+                : em__mha_core(q, k, v, mask4, n_heads, p);
+}
+
 em_tensor *em__mhsa_forward4(void *mhsa, em_tensor *x, em_tensor *mask4, const em__packing *plan)
 {
     em_nn_mhsa *a = mhsa;
     em_tensor *r = NULL;
     em_scope_begin();
-    double p = a->dropout->base.training ? a->dropout->p : 0.0;
-    em_tensor *q = em_nn_linear_forward(a->q_lin, x), *k = em_nn_linear_forward(a->k_lin, x);
-    em_tensor *v = em_nn_linear_forward(a->v_lin, x);
-    em_tensor *ctx = plan ? em__pack_rows(plan, em__mha_core_lens(em__unpack_rows(plan, q), em__unpack_rows(plan, k),
-                                                                  em__unpack_rows(plan, v), plan->lens, a->n_heads, p))
-                          : em__mha_core(q, k, v, mask4, a->n_heads, p);
+    em_tensor *ctx = em__attention_context(a->q_lin, a->k_lin, a->v_lin, a->n_heads, a->dropout, x, mask4, plan);
     em_tensor *y = em_nn_linear_forward(a->out_lin, ctx);
     if (y) r = em_keep(y);
     em_scope_end();

@@ -187,12 +187,7 @@ static em_tensor *layer_forward(void *layer, em_tensor *x, em_tensor *m4, const 
     bert_layer *l = layer;
     em_tensor *r = NULL;
     em_scope_begin();
-    double p = l->attn_dropout->base.training ? l->attn_dropout->p : 0.0;
-    em_tensor *q = em_nn_linear_forward(l->query, x), *k = em_nn_linear_forward(l->key, x);
-    em_tensor *v = em_nn_linear_forward(l->value, x);
-    if (plan) q = em__unpack_rows(plan, q), k = em__unpack_rows(plan, k), v = em__unpack_rows(plan, v);
-    em_tensor *ctx = plan ? em__pack_rows(plan, em__mha_core_lens(q, k, v, plan->lens, l->n_heads, p))
-                          : em__mha_core(q, k, v, m4, l->n_heads, p);
+    em_tensor *ctx = em__attention_context(l->query, l->key, l->value, l->n_heads, l->attn_dropout, x, m4, plan);
     em_tensor *a = em_nn_dropout_forward(l->attn_out_dropout, em_nn_linear_forward(l->attn_dense, ctx));
     a = em_nn_layer_norm_forward(l->attn_ln, em_add(a, x));
     em_tensor *h = em__activation(l->act, em_nn_linear_forward(l->inter_dense, a));
