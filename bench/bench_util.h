@@ -52,6 +52,21 @@ static inline const char *bench_shared(const char *rel)
     return b;
 }
 
+/* The command line of a bench with --quick and one output switch out_flag
+ * ("--csv", "--tsv"): sets *out and *quick; anything else prints "usage: name
+ * [out_flag] [--quick]" and exits 2. */
+static inline void bench_flags(int argc, char **argv, const char *name, const char *out_flag, bool *out, bool *quick)
+{
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], out_flag)) *out = true;
+        else if (!strcmp(argv[i], "--quick")) *quick = true;
+        else {
+            fprintf(stderr, "usage: %s [%s] [--quick]\n", name, out_flag);
+            exit(2);
+        }
+    }
+}
+
 /* ---- the DistilBERT train step (bench/train_step, bench/amp) ------------------------ */
 typedef struct bench_config {
     const char *name;
