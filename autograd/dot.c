@@ -19,6 +19,7 @@
  * Failures (OOM, I/O) return a status with em_last_error() naming the path.
  */
 #include "autograd/autograd_internal.h"
+#include "tensor/file_io.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -200,20 +201,6 @@ static bool build(dbuf *b, em_tensor *t)
     return ok && !b->oom;
 }
 
-static bool write_all(int fd, const char *p, size_t n)
-{
-    while (n) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            return false;
-        }
-        p += w;
-        n -= (size_t)w;
-    }
-    return true;
-}
-
 em_status em_graph_dot(em_tensor *t, const char *path)
 {
     if (!path) {
@@ -243,7 +230,7 @@ em_status em_graph_dot(em_tensor *t, const char *path)
         s = em__fail(err == ENOENT ? EM_ERR_NOT_FOUND : EM_ERR_IO,
                      "%s: cannot write the DOT graph: creating '%s' failed: %s", path, tmp, strerror(err));
     } else {
-        bool ok = write_all(fd, b.p, b.len) && fsync(fd) == 0;
+        bool ok = em__write_all(fd, b.p, b.len) && fsync(fd) == 0;
         int err = errno;
         if (close(fd) != 0 && ok) {
             ok = false;

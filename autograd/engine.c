@@ -11,6 +11,7 @@
  * each once all of its gradients have arrived. Each node's work runs in its
  * own scope, so temporaries die as soon as the node is done. */
 #include "autograd/autograd_internal.h"
+#include "tensor/grow.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -376,17 +377,16 @@ void em_register_post_accumulate_grad_hook(em_tensor *leaf, em_post_accumulate_h
 /* ---- backward -------------------------------------------------------------------- */
 typedef struct heap {
     em_node **a;
-    int n, cap;
+    int n;
+    int64_t cap;
 } heap;
 
 static bool heap_push(heap *h, em_node *x)
 {
     if (h->n == h->cap) {
-        int cap = h->cap ? 2 * h->cap : 64;
-        em_node **a = realloc(h->a, sizeof *a * (size_t)cap);
+        em_node **a = em__grow(h->a, sizeof *a, &h->cap, 64, realloc);
         if (!a) return false;
         h->a = a;
-        h->cap = cap;
     }
     int i = h->n++;
     while (i > 0 && h->a[(i - 1) / 2]->seq < x->seq) {

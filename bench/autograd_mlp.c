@@ -119,11 +119,7 @@ static result run(const config *c)
 
 int main(int argc, char **argv)
 {
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--csv")) csv = true;
-        else if (!strcmp(argv[i], "--quick")) quick = true;
-        else { fprintf(stderr, "usage: bench_autograd_mlp [--csv] [--quick]\n"); return 2; }
-    }
+    bench_flags(argc, argv, "bench_autograd_mlp", "--csv", &csv, &quick);
     em_set_seed(0);
     const config configs[] = {
         {"relu out=1024", false, 1024},

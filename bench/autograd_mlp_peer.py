@@ -9,13 +9,14 @@ With --ember, it first runs bench_autograd_mlp --csv in the same environment
 and prints ember and PyTorch side by side; without it, PyTorch alone.
 Tested with torch 2.15.0+cu132 (CPU), Python 3.11.
 """
-import argparse
 import os
 import subprocess
 import time
 
 import torch
 import torch.nn.functional as F
+
+from peer_util import compare_args
 
 BATCH, IN, HIDDEN = 256, 1024, 1024
 # name, activation, out (as bench/autograd_mlp.c)
@@ -78,11 +79,7 @@ def run_ember(path, quick):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--ember", help="path of bench_autograd_mlp; run it first and compare")
-    ap.add_argument("--quick", action="store_true")
-    args = ap.parse_args()
-    torch.set_num_threads(2)
+    args = compare_args("bench_autograd_mlp")
     torch.manual_seed(0)
     ember = run_ember(args.ember, args.quick) if args.ember else None
     print(f"autograd_mlp_peer: torch {torch.__version__}, {torch.get_num_threads()} threads, "

@@ -1,8 +1,11 @@
 /* ember benchmarks — the helpers every bench program shares: clocks, the
- * median of repeated timings, and paths under ../shared/data. Header-only
- * (static inline): each bench is one executable. */
+ * median of repeated timings, paths under ../shared/data, and the DistilBERT
+ * train-step setup (train_step, amp). Header-only (static inline): each bench
+ * is one executable. */
 #ifndef EMBER_BENCH_UTIL_H
 #define EMBER_BENCH_UTIL_H
+
+#include "ember.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,6 +50,56 @@ static inline const char *bench_shared(const char *rel)
     char *b = buf[k++ % 2];
     snprintf(b, sizeof buf[0], "%s/%s", root && *root ? root : "../shared/data", rel);
     return b;
+}
+
+/* The command line of a bench with --quick and one output switch out_flag
+ * ("--csv", "--tsv"): sets *out and *quick; anything else prints "usage: name
+ * [out_flag] [--quick]" and exits 2. */
+static inline void bench_flags(int argc, char **argv, const char *name, const char *out_flag, bool *out, bool *quick)
+{
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], out_flag)) *out = true;
+        else if (!strcmp(argv[i], "--quick")) *quick = true;
+        else {
+            fprintf(stderr, "usage: %s [%s] [--quick]\n", name, out_flag);
+            exit(2);
+        }
+    }
+}
+
+/* ---- the DistilBERT train step (bench/train_step, bench/amp) ------------------------ */
+typedef struct bench_config {
+    const char *name;
+    int64_t dim, layers, heads, ffn, vocab, seq, batch;
+} bench_config;
+
+/* A fresh DistilBertForSequenceClassification of c with 2 labels, seed 0; NULL
+ * after printing "who: <error>" when it cannot be built. */
+static inline em_distilbert_seqcls *bench_distilbert(const bench_config *c, const char *who)
+{
+    em_set_seed(0);
+    em_distilbert_seqcls *m = em_distilbert_seqcls_new(&(em_distilbert_config){
+        .vocab_size = c->vocab, .n_layers = c->layers, .n_heads = c->heads, .dim = c->dim, .hidden_dim = c->ffn,
+        .num_labels = 2});
+    if (!m) fprintf(stderr, "%s: %s\n", who, em_last_error());
+    return m;
+}
+
+/* c's fixed batch, new tensors the caller releases: input ids [batch, seq], a
+ * xorshift stream in [1, vocab); labels [batch], i % 2. */
+static inline void bench_batch(const bench_config *c, em_tensor **input_ids, em_tensor **labels)
+{
+    int64_t B = c->batch, S = c->seq;
+    int64_t *ids = malloc(sizeof *ids * (size_t)(B * S)), *lab = malloc(sizeof *lab * (size_t)B);
+    uint64_t x = 88172645463325252ull;
+    for (int64_t i = 0; i < B * S; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        ids[i] = 1 + (int64_t)(x % (uint64_t)(c->vocab - 1));
+    }
+    for (int64_t i = 0; i < B; i++) lab[i] = i % 2;
+    *input_ids = em_from_data(ids, 2, (int64_t[]){B, S}, EM_I64);
+    *labels = em_from_data(lab, 1, (int64_t[]){B}, EM_I64);
+    free(ids), free(lab);
 }
 
 #endif

@@ -395,11 +395,7 @@ static void bench_overhead(void)
 
 int main(int argc, char **argv)
 {
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--tsv")) tsv = true;
-        else if (!strcmp(argv[i], "--quick")) quick = true;
-        else { fprintf(stderr, "usage: bench_ops [--tsv] [--quick]\n"); return 2; }
-    }
+    bench_flags(argc, argv, "bench_ops", "--tsv", &tsv, &quick);
     em_set_seed(1);
     int threads = em_num_threads();   /* sets OpenMP's thread count first */
     char model[256];

@@ -10,13 +10,14 @@ With --ember, it first runs bench_ops --tsv in the same environment
 ember, PyTorch and ember/PyTorch side by side; without it, PyTorch alone.
 Tested with torch 2.15.0+cu132 (CPU), Python 3.11.
 """
-import argparse
 import os
 import platform
 import subprocess
 import time
 
 import torch
+
+from peer_util import compare_args
 
 # name, batch, m, n, k, trans_a, trans_b  (as bench/ops.c)
 GEMM = [
@@ -122,11 +123,7 @@ def cpu_model():
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--ember", help="path of bench_ops; run it first and compare")
-    ap.add_argument("--quick", action="store_true")
-    args = ap.parse_args()
-    torch.set_num_threads(2)
+    args = compare_args("bench_ops")
     ember = run_ember(args.ember, args.quick) if args.ember else None
     print(f"ops_peer: {cpu_model()}, torch {torch.__version__}, {torch.get_num_threads()} threads, "
           f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')}, "

@@ -144,12 +144,6 @@ int main(void)
         }
     }
 
-    em_scheduler_free(sched);   /* borrows opt: free it first */
-    em_optimizer_free(opt);
-    em_module_free(&model->base);
-    em_dataloader_free(train_dl);
-    em_dataloader_free(dev_dl);
-    em_dataset_free(train);
-    em_dataset_free(dev);
+    toy_free_all(sched, opt, model, train_dl, dev_dl, train, dev);   /* the scheduler first: it borrows opt */
     return 0;
 }

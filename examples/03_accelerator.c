@@ -114,12 +114,6 @@ int main(void)
     int rc = acc_dev >= 0.9 ? 0 : 1;
     if (rc) fprintf(stderr, "training failed: dev accuracy %.3f < 0.9\n", acc_dev);
     em_accelerator_free(acc);   /* the prepared objects stay ours */
-    em_scheduler_free(sched);
-    em_optimizer_free(opt);
-    em_module_free(&model->base);
-    em_dataloader_free(train_dl);
-    em_dataloader_free(dev_dl);
-    em_dataset_free(train);
-    em_dataset_free(dev);
+    toy_free_all(sched, opt, model, train_dl, dev_dl, train, dev);
     return rc;
 }

@@ -158,13 +158,7 @@ int main(void)
     if (hits / seen < 0.9) rc = 1;
 
     em_accelerator_free(acc);
-    em_scheduler_free(sched);
-    em_optimizer_free(opt);
-    em_module_free(&model->base);
-    em_dataloader_free(train_dl);
-    em_dataloader_free(dev_dl);
-    em_dataset_free(train);
-    em_dataset_free(dev);
+    toy_free_all(sched, opt, model, train_dl, dev_dl, train, dev);
     if (rc) fprintf(stderr, "05_mixed_precision: FAILED\n");
     return rc;
 }

@@ -130,6 +130,23 @@ static em_tensor *toy_model_forward(toy_model *m, em_tensor *ids, em_tensor *mas
     return em_nn_linear_forward(m->fc2, h);
 }
 
+/* What steps 2, 3 and 5 free at the end (any may be NULL): the scheduler first
+ * (it borrows the optimizer), the optimizer, the model, the two loaders and
+ * the two data sets. An Accelerator never owns what it prepared: free it
+ * before (em_accelerator_free), or let em_accelerator_free_all free it all. */
+__attribute__((unused)) static void toy_free_all(em_scheduler *sched, em_optimizer *opt, toy_model *model,
+                                                 em_dataloader *train_dl, em_dataloader *dev_dl, em_dataset *train,
+                                                 em_dataset *dev)
+{
+    em_scheduler_free(sched);
+    em_optimizer_free(opt);
+    if (model) em_module_free(&model->base);
+    em_dataloader_free(train_dl);
+    em_dataloader_free(dev_dl);
+    em_dataset_free(train);
+    em_dataset_free(dev);
+}
+
 /* Fraction of rows of logits [B,2] whose argmax is the label; in the caller's scope. */
 __attribute__((unused)) static double toy_accuracy(em_tensor *logits, em_tensor *labels)
 {

@@ -80,23 +80,44 @@ em_nn_mhsa *em_nn_mhsa_new(int64_t dim, int64_t n_heads, const em_nn_mhsa_opts *
               em__add_child(&a->base, "v_lin", a->v_lin = em_nn_linear_new(dim, dim, &lo)) &&
               em__add_child(&a->base, "out_lin", a->out_lin = em_nn_linear_new(dim, dim, &lo)) &&
               em__add_child(&a->base, "dropout", a->dropout = em_nn_dropout_new(em__opt(o.dropout, 0.1)));
-    if (!ok) {
-        em_module_free(&a->base);
-        return NULL;
-    }
-    return a;
+    return em__built(&a->base, ok);
 }
 
-em_tensor *em__mhsa_forward4(em_nn_mhsa *a, em_tensor *x, em_tensor *mask4, const em__packing *plan)
+/* The public forward of a layer over [batch, seq, dim] inputs (an em__layer_fn:
+ * attention, a transformer block): x checked and the mask's [B,1,1,S] form made
+ * once (misuse names op), then fwd in a scope of its own. */
+static em_tensor *checked_forward(em__layer_fn fwd, void *layer, int64_t dim, em_tensor *x, em_tensor *mask,
+                                  const char *op)
 {
+    EM_PROPAGATE_NULL_IN(op, x);
+    EM_CHECK(x->ndim == 3 && x->shape[2] == dim, op, "input %s is not [batch, seq, %lld]", em__shape_str(x),
+             (long long)dim);
     em_tensor *r = NULL;
     em_scope_begin();
-    double p = a->dropout->base.training ? a->dropout->p : 0.0;
-    em_tensor *q = em_nn_linear_forward(a->q_lin, x), *k = em_nn_linear_forward(a->k_lin, x);
-    em_tensor *v = em_nn_linear_forward(a->v_lin, x);
-    em_tensor *ctx = plan ? em__pack_rows(plan, em__mha_core_lens(em__unpack_rows(plan, q), em__unpack_rows(plan, k),
-                                                                  em__unpack_rows(plan, v), plan->lens, a->n_heads, p))
-                          : em__mha_core(q, k, v, mask4, a->n_heads, p);
+    em_tensor *m4 = em__attention_mask4(mask, x->shape[0], x->shape[1], op);
+    if (!mask || m4) r = fwd(layer, x, m4, NULL);
+    if (r) em_keep(r);
+    em_scope_end();
+    return r;
+}
+
+em_tensor *em__attention_context(em_nn_linear *q_lin, em_nn_linear *k_lin, em_nn_linear *v_lin, int64_t n_heads,
+                                  const em_nn_dropout *dropout, em_tensor *x, em_tensor *mask4, const em__packing *plan)
+{
+    double p = dropout->base.training ? dropout->p : 0.0;
+    em_tensor *q = em_nn_linear_forward(q_lin, x), *k = em_nn_linear_forward(k_lin, x);
+    em_tensor *v = em_nn_linear_forward(v_lin, x);
+    if (plan) q = em__unpack_rows(plan, q), k = em__unpack_rows(plan, k), v = em__unpack_rows(plan, v);
+    return plan ? em__pack_rows(plan, em__mha_core_lens(q, k, v, plan->lens, n_heads, p))
+                : em__mha_core(q, k, v, mask4, n_heads, p);
+}
+
+em_tensor *em__mhsa_forward4(void *mhsa, em_tensor *x, em_tensor *mask4, const em__packing *plan)
+{
+    em_nn_mhsa *a = mhsa;
+    em_tensor *r = NULL;
+    em_scope_begin();
+    em_tensor *ctx = em__attention_context(a->q_lin, a->k_lin, a->v_lin, a->n_heads, a->dropout, x, mask4, plan);
     em_tensor *y = em_nn_linear_forward(a->out_lin, ctx);
     if (y) r = em_keep(y);
     em_scope_end();
@@ -105,17 +126,7 @@ em_tensor *em__mhsa_forward4(em_nn_mhsa *a, em_tensor *x, em_tensor *mask4, cons
 
 em_tensor *em_nn_mhsa_forward(em_nn_mhsa *a, em_tensor *x, em_tensor *mask)
 {
-    static const char op[] = "em_nn_mhsa_forward";
-    EM_PROPAGATE_NULL(x);
-    EM_CHECK(x->ndim == 3 && x->shape[2] == a->dim, op, "input %s is not [batch, seq, %lld]", em__shape_str(x),
-             (long long)a->dim);
-    em_tensor *r = NULL;
-    em_scope_begin();
-    em_tensor *m4 = em__attention_mask4(mask, x->shape[0], x->shape[1], op);
-    if (!mask || m4) r = em__mhsa_forward4(a, x, m4, NULL);
-    if (r) em_keep(r);
-    em_scope_end();
-    return r;
+    return checked_forward(em__mhsa_forward4, a, a->dim, x, mask, "em_nn_mhsa_forward");
 }
 
 /* ---- FFN ---------------------------------------------------------------------------------------- */
@@ -173,15 +184,12 @@ em_nn_transformer_block *em_nn_transformer_block_new(int64_t dim, int64_t n_head
               em__add_child(&b->base, "sa_layer_norm", b->sa_layer_norm = em_nn_layer_norm_new(dim, &lno)) &&
               em__add_child(&b->base, "ffn", b->ffn = em_nn_ffn_new(dim, hidden_dim, &fo)) &&
               em__add_child(&b->base, "output_layer_norm", b->output_layer_norm = em_nn_layer_norm_new(dim, &lno));
-    if (!ok) {
-        em_module_free(&b->base);
-        return NULL;
-    }
-    return b;
+    return em__built(&b->base, ok);
 }
 
-em_tensor *em__block_forward4(em_nn_transformer_block *b, em_tensor *x, em_tensor *mask4, const em__packing *plan)
+em_tensor *em__block_forward4(void *block, em_tensor *x, em_tensor *mask4, const em__packing *plan)
 {
+    em_nn_transformer_block *b = block;
     em_tensor *r = NULL;
     em_scope_begin();
     em_tensor *h =
@@ -194,16 +202,5 @@ em_tensor *em__block_forward4(em_nn_transformer_block *b, em_tensor *x, em_tenso
 
 em_tensor *em_nn_transformer_block_forward(em_nn_transformer_block *b, em_tensor *x, em_tensor *mask)
 {
-    static const char op[] = "em_nn_transformer_block_forward";
-    EM_PROPAGATE_NULL(x);
-    int64_t dim = b->attention->dim;
-    EM_CHECK(x->ndim == 3 && x->shape[2] == dim, op, "input %s is not [batch, seq, %lld]", em__shape_str(x),
-             (long long)dim);
-    em_tensor *r = NULL;
-    em_scope_begin();
-    em_tensor *m4 = em__attention_mask4(mask, x->shape[0], x->shape[1], op);
-    if (!mask || m4) r = em__block_forward4(b, x, m4, NULL);
-    if (r) em_keep(r);
-    em_scope_end();
-    return r;
+    return checked_forward(em__block_forward4, b, b->attention->dim, x, mask, "em_nn_transformer_block_forward");
 }

@@ -89,6 +89,11 @@ struct em_bert_model {
     em_nn_linear *pooler;   /* pooler.dense, or NULL */
 };
 
+/* model_destroy, seqcls_destroy, construct, em_bert_model_new, em_bert_seqcls_new and the
+ * em__arch hooks every family shares (nn_internal.h) */
+EM__FAMILY_FUNCTIONS(bert, "BertModel")
+
+
 /* A child module with no parameters of its own, named for the layout. */
 static em_module *group(em_module *parent, const char *name, const char *type)
 {
@@ -109,17 +114,9 @@ static bert_embeddings *embeddings_new(const em_bert_config *c)
                             e->token_type = em_nn_embedding_new(c->type_vocab_size, H, NULL)) &&
               em__add_child(&e->base, "LayerNorm",
                             e->ln = em_nn_layer_norm_new(H, &(em_nn_layer_norm_opts){.eps = c->layer_norm_eps})) &&
-              em__add_child(&e->base, "dropout", e->dropout = em_nn_dropout_new(c->hidden_dropout_prob));
-    if (ok) EM_SCOPE {
-        em_tensor *ids = em_reshape(em_arange(0, (double)c->max_position_embeddings, 1, EM_I64, EM_CPU), 2,
-                                    (int64_t[]){1, c->max_position_embeddings});
-        e->position_ids = em_module_register_buffer(&e->base, "position_ids", ids, false);
-    }
-    if (!ok || !e->position_ids) {
-        em_module_free(&e->base);
-        return NULL;
-    }
-    return e;
+              em__add_child(&e->base, "dropout", e->dropout = em_nn_dropout_new(c->hidden_dropout_prob)) &&
+              (e->position_ids = em__position_ids(&e->base, c->max_position_embeddings));
+    return em__built(&e->base, ok);
 }
 
 static bert_layer *layer_new(const em_bert_config *c)
@@ -146,116 +143,53 @@ static bert_layer *layer_new(const em_bert_config *c)
               em__add_child(out, "dense", l->out_dense = em_nn_linear_new(I, H, NULL)) &&
               em__add_child(out, "LayerNorm", l->out_ln = em_nn_layer_norm_new(H, &lno)) &&
               em__add_child(out, "dropout", l->out_dropout = em_nn_dropout_new(c->hidden_dropout_prob));
-    if (!ok) {
-        em_module_free(&l->base);
-        return NULL;
-    }
-    return l;
-}
-
-static void model_destroy(em_module *base)
-{
-    em__free(((em_bert_model *)base)->layer);
-    em__free(base);
+    return em__built(&l->base, ok);
 }
 
 static em_bert_model *model_build(const em_bert_config *cfg)
 {
     char why[256];
     em_bert_config c = em_bert_config_resolve(cfg);
-    if (bad_config(&c, why, sizeof why)) {
-        em__misuse("em_bert_model_new", "%s", why);
-        return NULL;
-    }
-    em_bert_model *m = em__module_alloc(sizeof *m, "BertModel");
+    em_bert_model *m =
+        em__model_alloc(sizeof *m, "BertModel", "em_bert_model_new", bad_config(&c, why, sizeof why), model_destroy);
     if (!m) return NULL;
-    m->base.destroy = model_destroy;
     m->config = c;
     em_module *enc, *list, *pool;
     bool ok = (m->layer = em__calloc((size_t)c.num_hidden_layers, sizeof *m->layer)) &&
               em__add_child(&m->base, "embeddings", m->embeddings = embeddings_new(&c)) &&
               (enc = group(&m->base, "encoder", "BertEncoder")) && (list = group(enc, "layer", "ModuleList"));
-    for (int64_t i = 0; ok && i < c.num_hidden_layers; i++) {
-        char name[24];
-        snprintf(name, sizeof name, "%lld", (long long)i);
-        ok = em__add_child(list, name, m->layer[i] = layer_new(&c));
-    }
+    for (int64_t i = 0; ok && i < c.num_hidden_layers; i++) ok = em__add_indexed(list, i, m->layer[i] = layer_new(&c));
     if (ok && !c.no_pooler)
         ok = (pool = group(&m->base, "pooler", "BertPooler")) &&
              em__add_child(pool, "dense", m->pooler = em_nn_linear_new(c.hidden_size, c.hidden_size, NULL));
-    if (!ok) {
-        em_module_free(&m->base);
-        return NULL;
-    }
-    return m;
-}
-
-static void seqcls_destroy(em_module *base)
-{
-    em_bert_seqcls *s = (em_bert_seqcls *)base;
-    em__free_labels(s->id2label, s->config.num_labels);
-    em__free(s);
+    return em__built(&m->base, ok);
 }
 
 static em_bert_seqcls *seqcls_build(const em_bert_config *cfg)
 {
     em_bert_model *body = model_build(cfg);
-    if (!body) return NULL;
-    em_bert_seqcls *s = em__module_alloc(sizeof *s, "BertForSequenceClassification");
-    if (!s) {
-        em_module_free(&body->base);
-        return NULL;
-    }
-    s->base.destroy = seqcls_destroy;
+    em_bert_seqcls *s =
+        body ? em__seqcls_alloc(sizeof *s, "BertForSequenceClassification", &body->base, "bert", seqcls_destroy) : NULL;
+    if (!s) return NULL;
+    s->bert = body;
     s->config = body->config;
-    bool ok = em__add_child(&s->base, "bert", s->bert = body) &&
-              em__add_child(&s->base, "dropout", s->dropout = em_nn_dropout_new(classifier_dropout(&s->config))) &&
+    bool ok = em__add_child(&s->base, "dropout", s->dropout = em_nn_dropout_new(classifier_dropout(&s->config))) &&
               em__add_child(&s->base, "classifier",
                             s->classifier = em_nn_linear_new(s->config.hidden_size, s->config.num_labels, NULL));
-    if (!ok) {
-        em_module_free(&s->base);
-        return NULL;
-    }
-    return s;
+    return em__built(&s->base, ok);
 }
 
-static em_module *build(const void *cfg, em__head head, bool init)
-{
-    em_module *m = NULL;
-    if (head == EM__HEAD_SEQCLS) {
-        em_bert_seqcls *s = seqcls_build(cfg);
-        if (s) m = &s->base;
-    } else {
-        em_bert_model *b = model_build(cfg);
-        if (b) m = &b->base;
-    }
-    if (m) {
-        if (init) em__hf_init(m, em_bert_config_resolve(cfg).initializer_range);
-        m->family = &em__bert_arch, m->family_head = head;   /* what save_pretrained and em_seqcls_* read */
-    }
-    return m;
-}
-
-em_bert_model *em_bert_model_new(const em_bert_config *cfg) { return (em_bert_model *)em__flattened(build(cfg, EM__HEAD_BASE, true)); }
-em_bert_seqcls *em_bert_seqcls_new(const em_bert_config *cfg)
-{
-    return (em_bert_seqcls *)em__flattened(build(cfg, EM__HEAD_SEQCLS, true));
-}
 const em_bert_config *em_bert_model_config(const em_bert_model *m) { return &m->config; }
 
 /* ---- forward ------------------------------------------------------------------------------------ */
 
-/* x: [B,S,D], or the packed [n,D] rows of plan (then only attention sees [B,S,D]) */
-static em_tensor *layer_forward(bert_layer *l, em_tensor *x, em_tensor *m4, const em__packing *plan)
+/* x: [B,S,D], or the packed [n,D] rows of plan (then only attention sees [B,S,D]); an em__layer_fn */
+static em_tensor *layer_forward(void *layer, em_tensor *x, em_tensor *m4, const em__packing *plan)
 {
+    bert_layer *l = layer;
     em_tensor *r = NULL;
     em_scope_begin();
-    double p = l->attn_dropout->base.training ? l->attn_dropout->p : 0.0;
-    em_tensor *q = em_nn_linear_forward(l->query, x), *k = em_nn_linear_forward(l->key, x);
-    em_tensor *v = em_nn_linear_forward(l->value, x);
-    if (plan) q = em__unpack_rows(plan, q), k = em__unpack_rows(plan, k), v = em__unpack_rows(plan, v);
-    em_tensor *ctx = plan ? em__pack_rows(plan, em__mha_core_lens(q, k, v, plan->lens, l->n_heads, p))
-                          : em__mha_core(q, k, v, m4, l->n_heads, p);
+    em_tensor *ctx = em__attention_context(l->query, l->key, l->value, l->n_heads, l->attn_dropout, x, m4, plan);
     em_tensor *a = em_nn_dropout_forward(l->attn_out_dropout, em_nn_linear_forward(l->attn_dense, ctx));
     a = em_nn_layer_norm_forward(l->attn_ln, em_add(a, x));
     em_tensor *h = em__activation(l->act, em_nn_linear_forward(l->inter_dense, a));
@@ -266,49 +200,28 @@ static em_tensor *layer_forward(bert_layer *l, em_tensor *x, em_tensor *m4, cons
     return r;
 }
 
-/* The encoder. first_only: the caller reads only the pooled output, so a right-padded
- * batch may run on its real tokens (nn/unpad.c); the returned hidden states are then
- * each sequence's first token, [B,D]. Otherwise [B,S,D], every position as HF. */
+/* The encoder (em__encoder_forward) and, when pooled is not NULL, the pooler's
+ * output of the first token ([B,D], NULL without a pooler). first_only: the
+ * caller reads only the pooled output, so a right-padded batch may run on its
+ * real tokens; the returned hidden states are then each sequence's first
+ * token, [B,D]. Otherwise [B,S,D], every position as HF. */
 static em_tensor *encode(em_bert_model *m, em_tensor *ids, em_tensor *mask, em_tensor *types, em_tensor **pooled,
                          bool first_only, const char *op)
 {
-    if (pooled) *pooled = NULL;
-    EM_PROPAGATE_NULL_IN(op, ids);
-    EM_CHECK(ids->ndim == 2 && (ids->dtype == EM_I64 || ids->dtype == EM_I32), op,
-             "input_ids must be i64/i32 [batch, seq], got %s %s", em_dtype_name(ids->dtype), em__shape_str(ids));
-    EM_CHECK(ids->shape[1] <= m->config.max_position_embeddings, op,
-             "sequence length %lld exceeds max_position_embeddings %lld", (long long)ids->shape[1],
-             (long long)m->config.max_position_embeddings);
-    EM_CHECK(!types || (types->ndim == 2 && types->shape[0] == ids->shape[0] && types->shape[1] == ids->shape[1]), op,
-             "token_type_ids %s do not match input_ids %s", em__shape_str(types), em__shape_str(ids));
-    int64_t B = ids->shape[0], S = ids->shape[1];
     bert_embeddings *e = m->embeddings;
-    em_tensor *r = NULL, *p = NULL;
+    em__encoder enc = {.word = e->word, .position = e->position, .token_type = e->token_type,
+                       .position_ids = e->position_ids, .ln = e->ln, .dropout = e->dropout,
+                       .layers = (void *const *)m->layer, .n_layers = m->config.num_hidden_layers,
+                       .max_positions = m->config.max_position_embeddings, .layer_forward = layer_forward};
+    em_tensor *x = em__encoder_forward(&enc, ids, mask, types, first_only, op), *p = NULL;
+    if (pooled) *pooled = NULL;
+    if (!x || !pooled || !m->pooler) return x;
     em_scope_begin();
-    em_tensor *m4 = em__attention_mask4(mask, B, S, op);
-    if (!mask || m4) {
-        em_tensor *pos = em_narrow(e->position_ids, 1, 0, S);
-        if (pos && !em_device_eq(pos->device, ids->device)) pos = em_to(pos, ids->device);
-        em_tensor *tt = types ? types : em_zeros(2, (int64_t[]){B, S}, EM_I64, ids->device);
-        /* HF's order: (word + token_type) + position */
-        em_tensor *x = em_add(em_nn_embedding_forward(e->word, ids), em_nn_embedding_forward(e->token_type, tt));
-        x = em_add(x, em_nn_embedding_forward(e->position, pos));
-        em__packing plan;
-        bool packed = first_only && x && em__pack_plan(mask, B, S, &plan);
-        if (packed) x = em__pack_rows(&plan, x);
-        x = em_nn_dropout_forward(e->dropout, em_nn_layer_norm_forward(e->ln, x));
-        for (int64_t i = 0; i < m->config.num_hidden_layers; i++) x = layer_forward(m->layer[i], x, m4, packed ? &plan : NULL);
-        if (first_only) x = packed ? em_index_select(x, 0, plan.first) : em_select(x, 1, 0);
-        if (x && pooled && m->pooler) {
-            p = em_tanh(em_nn_linear_forward(m->pooler, first_only ? x : em_select(x, 1, 0)));
-            if (p) em_keep(p);
-            else x = NULL;
-        }
-        if (x) r = em_keep(x);
-    }
+    em_tensor *h = em_tanh(em_nn_linear_forward(m->pooler, first_only ? x : em_select(x, 1, 0)));
+    if (h) p = em_keep(h);
     em_scope_end();
-    if (pooled) *pooled = r ? p : NULL;
-    return r;
+    *pooled = p;
+    return p ? x : NULL;
 }
 
 em_tensor *em_bert_model_forward(em_bert_model *m, em_tensor *ids, em_tensor *mask, em_tensor *types,
@@ -329,13 +242,7 @@ em_seqcls_output em_bert_seqcls_forward(em_bert_seqcls *m, const em_seqcls_input
     em_tensor *pooled = NULL;
     em_tensor *h = encode(m->bert, in->input_ids, in->attention_mask, in->token_type_ids, &pooled, true, op);
     em_tensor *logits = h ? em_nn_linear_forward(m->classifier, em_nn_dropout_forward(m->dropout, pooled)) : NULL;
-    em_tensor *loss = NULL;
-    if (logits && in->labels)
-        loss = em__seqcls_loss(logits, in->labels, m->config.num_labels, &m->config.problem_type, op);
-    if (logits && (!in->labels || loss)) {
-        out.logits = em_keep(logits);
-        out.loss = loss ? em_keep(loss) : NULL;
-    }
+    out = em__seqcls_output(logits, in->labels, m->config.num_labels, &m->config.problem_type, op);
     em_scope_end();
     return out;
 }
@@ -388,12 +295,6 @@ static em_status parse(const cJSON *j, const char *path, void *out)
     return s;
 }
 
-static const void *config_of(const em_module *m)
-{
-    if (!strcmp(m->type, "BertModel")) return &((const em_bert_model *)m)->config;
-    return &((const em_bert_seqcls *)m)->config;
-}
-
 static bool write(cJSON *j, const em_module *m)
 {
     const em_bert_config *c = config_of(m);
@@ -417,8 +318,6 @@ static bool write(cJSON *j, const em_module *m)
     return ok;
 }
 
-static int *config_labels(void *cfg) { return &((em_bert_config *)cfg)->num_labels; }
-
 /* f32 parameter count by part, named with this config's fields */
 static void size(const void *cfg, int num_labels, em__arch_size *out)
 {
@@ -429,34 +328,9 @@ static void size(const void *cfg, int num_labels, em__arch_size *out)
     out->layer_fields = "num_hidden_layers %.0f x %.3g parameters each (hidden_size %.0f, intermediate_size %.0f)";
 }
 
-static void seqcls_view(em_module *m, em__seqcls_view *out)
-{
-    em_bert_seqcls *s = (em_bert_seqcls *)m;
-    *out = (em__seqcls_view){.num_labels = &s->config.num_labels, .id2label = &s->id2label,
-                             .problem_type = &s->config.problem_type, .vocab_size = s->config.vocab_size,
-                             .max_position_embeddings = s->config.max_position_embeddings};
-}
-
-static em_seqcls_output seqcls_forward(em_module *m, const em_seqcls_inputs *in)
-{
-    return em_bert_seqcls_forward((em_bert_seqcls *)m, in);
-}
-
-static double init_std(const void *cfg) { return em_bert_config_resolve(cfg).initializer_range; }
-
 const em__arch em__bert_arch = {
-    .model_type = "bert",
-    .prefix = "bert",
+    .model_type = "bert", .prefix = "bert", .class_prefix = "Bert",
     .class_name = {"BertModel", "BertForSequenceClassification"},
     .config_size = sizeof(em_bert_config),
-    .parse = parse,
-    .write = write,
-    .build = build,
-    .init_std = init_std,
-    .config_of = config_of,
-    .class_prefix = "Bert",
-    .config_labels = config_labels,
-    .size = size,
-    .seqcls_view = seqcls_view,
-    .seqcls_forward = seqcls_forward,
+    EM__FAMILY_HOOKS,
 };

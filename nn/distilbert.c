@@ -56,6 +56,11 @@ static const char *bad_config(const em_distilbert_config *c, char *buf, size_t c
 
 /* ---- building ------------------------------------------------------------------------ */
 
+/* model_destroy, seqcls_destroy, construct, em_distilbert_model_new, em_distilbert_seqcls_new and
+ * the em__arch hooks every family shares (nn_internal.h) */
+EM__FAMILY_FUNCTIONS(distilbert, "DistilBertModel")
+
+
 /* The sinusoidal table of create_sinusoidal_embeddings: even columns sin, odd cos. */
 static void fill_sinusoidal(em_tensor *w)
 {
@@ -78,37 +83,19 @@ static em_distilbert_embeddings *embeddings_new(const em_distilbert_config *c)
         em__add_child(&e->base, "position_embeddings",
                       e->position_embeddings = em_nn_embedding_new(c->max_position_embeddings, c->dim, &po)) &&
         em__add_child(&e->base, "LayerNorm", e->LayerNorm = em_nn_layer_norm_new(c->dim, &(em_nn_layer_norm_opts){.eps = 1e-12})) &&
-        em__add_child(&e->base, "dropout", e->dropout = em_nn_dropout_new(c->dropout));
-    if (ok) EM_SCOPE {
-        em_tensor *ids = em_reshape(em_arange(0, (double)c->max_position_embeddings, 1, EM_I64, EM_CPU), 2,
-                                    (int64_t[]){1, c->max_position_embeddings});
-        e->position_ids = em_module_register_buffer(&e->base, "position_ids", ids, false);
-    }
-    if (!ok || !e->position_ids) {
-        em_module_free(&e->base);
-        return NULL;
-    }
-    if (c->sinusoidal_pos_embds) fill_sinusoidal(e->position_embeddings->weight);
-    return e;
-}
-
-static void model_destroy(em_module *base)
-{
-    em__free(((em_distilbert_model *)base)->layer);
-    em__free(base);
+        em__add_child(&e->base, "dropout", e->dropout = em_nn_dropout_new(c->dropout)) &&
+        (e->position_ids = em__position_ids(&e->base, c->max_position_embeddings));
+    if (ok && c->sinusoidal_pos_embds) fill_sinusoidal(e->position_embeddings->weight);
+    return em__built(&e->base, ok);
 }
 
 static em_distilbert_model *model_build(const em_distilbert_config *cfg)
 {
     char why[256];
     em_distilbert_config c = em_distilbert_config_resolve(cfg);
-    if (bad_config(&c, why, sizeof why)) {
-        em__misuse("em_distilbert_model_new", "%s", why);
-        return NULL;
-    }
-    em_distilbert_model *m = em__module_alloc(sizeof *m, "DistilBertModel");
+    em_distilbert_model *m = em__model_alloc(sizeof *m, "DistilBertModel", "em_distilbert_model_new",
+                                             bad_config(&c, why, sizeof why), model_destroy);
     if (!m) return NULL;
-    m->base.destroy = model_destroy;
     m->config = c;
     em_module *tr = NULL, *list = NULL;
     bool ok = (m->layer = em__calloc((size_t)c.n_layers, sizeof *m->layer)) &&
@@ -117,111 +104,39 @@ static em_distilbert_model *model_build(const em_distilbert_config *cfg)
               em__add_child(tr, "layer", list = em__module_alloc(sizeof *list, "ModuleList"));
     em_nn_transformer_block_opts bo = {.dropout = c.dropout, .attention_dropout = c.attention_dropout,
                                        .eps = 1e-12, .activation = c.activation};
-    for (int64_t i = 0; ok && i < c.n_layers; i++) {
-        char name[24];
-        snprintf(name, sizeof name, "%lld", (long long)i);
-        ok = em__add_child(list, name, m->layer[i] = em_nn_transformer_block_new(c.dim, c.n_heads, c.hidden_dim, &bo));
-    }
-    if (!ok) {
-        em_module_free(&m->base);
-        return NULL;
-    }
-    return m;
-}
-
-static void seqcls_destroy(em_module *base)
-{
-    em_distilbert_seqcls *s = (em_distilbert_seqcls *)base;
-    em__free_labels(s->id2label, s->config.num_labels);
-    em__free(s);
+    for (int64_t i = 0; ok && i < c.n_layers; i++)
+        ok = em__add_indexed(list, i, m->layer[i] = em_nn_transformer_block_new(c.dim, c.n_heads, c.hidden_dim, &bo));
+    return em__built(&m->base, ok);
 }
 
 static em_distilbert_seqcls *seqcls_build(const em_distilbert_config *cfg)
 {
     em_distilbert_config c = em_distilbert_config_resolve(cfg);
     em_distilbert_model *body = model_build(&c);
-    if (!body) return NULL;
-    em_distilbert_seqcls *s = em__module_alloc(sizeof *s, "DistilBertForSequenceClassification");
-    if (!s) {
-        em_module_free(&body->base);
-        return NULL;
-    }
-    s->base.destroy = seqcls_destroy;
+    em_distilbert_seqcls *s = body ? em__seqcls_alloc(sizeof *s, "DistilBertForSequenceClassification", &body->base,
+                                                      "distilbert", seqcls_destroy)
+                                   : NULL;
+    if (!s) return NULL;
+    s->distilbert = body;
     s->config = body->config;
-    bool ok = em__add_child(&s->base, "distilbert", s->distilbert = body) &&
-              em__add_child(&s->base, "pre_classifier", s->pre_classifier = em_nn_linear_new(c.dim, c.dim, NULL)) &&
+    bool ok = em__add_child(&s->base, "pre_classifier", s->pre_classifier = em_nn_linear_new(c.dim, c.dim, NULL)) &&
               em__add_child(&s->base, "classifier", s->classifier = em_nn_linear_new(c.dim, c.num_labels, NULL)) &&
               em__add_child(&s->base, "dropout", s->dropout = em_nn_dropout_new(s->config.seq_classif_dropout));
-    if (!ok) {
-        em_module_free(&s->base);
-        return NULL;
-    }
-    return s;
+    return em__built(&s->base, ok);
 }
 
-/* Builds an initialized model of either head, not yet flattened (the loader
- * fills it first). cfg is an em_distilbert_config. */
-static em_module *build(const void *cfg, em__head head, bool init)
-{
-    em_module *m = NULL;
-    if (head == EM__HEAD_SEQCLS) {
-        em_distilbert_seqcls *s = seqcls_build(cfg);
-        if (s) m = &s->base;
-    } else {
-        em_distilbert_model *b = model_build(cfg);
-        if (b) m = &b->base;
-    }
-    if (m) {
-        if (init) em__hf_init(m, em_distilbert_config_resolve(cfg).initializer_range);
-        m->family = &em__distilbert_arch, m->family_head = head;   /* what save_pretrained and em_seqcls_* read */
-    }
-    return m;
-}
-
-em_distilbert_model *em_distilbert_model_new(const em_distilbert_config *cfg)
-{
-    return (em_distilbert_model *)em__flattened(build(cfg, EM__HEAD_BASE, true));
-}
-
-em_distilbert_seqcls *em_distilbert_seqcls_new(const em_distilbert_config *cfg)
-{
-    return (em_distilbert_seqcls *)em__flattened(build(cfg, EM__HEAD_SEQCLS, true));
-}
 
 /* ---- forward ------------------------------------------------------------------------------ */
 
-/* The encoder. first_only: the caller reads only each sequence's first token, so a
- * right-padded batch may run on its real tokens (nn/unpad.c); the result is then
- * that token's hidden state, [B,D]. Otherwise [B,S,D], every position as HF. */
+/* The encoder (em__encoder_forward; first_only as there). */
 static em_tensor *encode(em_distilbert_model *m, em_tensor *ids, em_tensor *mask, bool first_only, const char *op)
 {
-    EM_PROPAGATE_NULL_IN(op, ids);
-    EM_CHECK(ids->ndim == 2 && (ids->dtype == EM_I64 || ids->dtype == EM_I32), op,
-             "input_ids must be i64/i32 [batch, seq], got %s %s", em_dtype_name(ids->dtype), em__shape_str(ids));
-    EM_CHECK(ids->shape[1] <= m->config.max_position_embeddings, op,
-             "sequence length %lld exceeds max_position_embeddings %lld", (long long)ids->shape[1],
-             (long long)m->config.max_position_embeddings);
-    int64_t B = ids->shape[0], S = ids->shape[1];
     em_distilbert_embeddings *e = m->embeddings;
-    em_tensor *r = NULL;
-    em_scope_begin();
-    em_tensor *m4 = em__attention_mask4(mask, B, S, op);   /* built once, shared by every block */
-    if (!mask || m4) {
-        em_tensor *pos = em_narrow(e->position_ids, 1, 0, S);
-        if (pos && !em_device_eq(pos->device, ids->device)) pos = em_to(pos, ids->device);
-        em_tensor *x = em_add(em_nn_embedding_forward(e->word_embeddings, ids),
-                              em_nn_embedding_forward(e->position_embeddings, pos));
-        em__packing plan;
-        bool packed = first_only && x && em__pack_plan(mask, B, S, &plan);
-        if (packed) x = em__pack_rows(&plan, x);
-        x = em_nn_dropout_forward(e->dropout, em_nn_layer_norm_forward(e->LayerNorm, x));
-        for (int64_t i = 0; i < m->config.n_layers; i++)
-            x = em__block_forward4(m->layer[i], x, m4, packed ? &plan : NULL);
-        if (first_only) x = packed ? em_index_select(x, 0, plan.first) : em_select(x, 1, 0);
-        if (x) r = em_keep(x);
-    }
-    em_scope_end();
-    return r;
+    em__encoder enc = {.word = e->word_embeddings, .position = e->position_embeddings, .position_ids = e->position_ids,
+                       .ln = e->LayerNorm, .dropout = e->dropout, .layers = (void *const *)m->layer,
+                       .n_layers = m->config.n_layers, .max_positions = m->config.max_position_embeddings,
+                       .layer_forward = em__block_forward4};
+    return em__encoder_forward(&enc, ids, mask, NULL, first_only, op);
 }
 
 em_tensor *em_distilbert_model_forward(em_distilbert_model *m, em_tensor *ids, em_tensor *mask)
@@ -237,14 +152,8 @@ em_seqcls_output em_distilbert_seqcls_forward(em_distilbert_seqcls *m, const em_
     em_tensor *pooled = encode(m->distilbert, in->input_ids, in->attention_mask, true, "em_distilbert_seqcls_forward");
     em_tensor *x = em_relu(em_nn_linear_forward(m->pre_classifier, pooled));
     em_tensor *logits = em_nn_linear_forward(m->classifier, em_nn_dropout_forward(m->dropout, x));
-    em_tensor *loss = NULL;
-    if (logits && in->labels)
-        loss = em__seqcls_loss(logits, in->labels, m->config.num_labels, &m->config.problem_type,
-                               "em_distilbert_seqcls_forward");
-    if (logits && (!in->labels || loss)) {
-        out.logits = em_keep(logits);
-        out.loss = loss ? em_keep(loss) : NULL;
-    }
+    out = em__seqcls_output(logits, in->labels, m->config.num_labels, &m->config.problem_type,
+                            "em_distilbert_seqcls_forward");
     em_scope_end();
     return out;
 }
@@ -293,9 +202,7 @@ static em_status parse(const cJSON *j, const char *path, void *out)
 
 static bool write(cJSON *j, const em_module *m)
 {
-    const em_distilbert_config *c = m->type[0] == 'D' && !strcmp(m->type, "DistilBertModel")
-                                        ? &((const em_distilbert_model *)m)->config
-                                        : &((const em_distilbert_seqcls *)m)->config;
+    const em_distilbert_config *c = config_of(m);
     bool ok = cJSON_AddStringToObject(j, "activation", em__activation_name(c->activation)) &&
               cJSON_AddNumberToObject(j, "attention_dropout", c->attention_dropout + 0.0) &&
               cJSON_AddNumberToObject(j, "dim", (double)c->dim) &&
@@ -314,14 +221,6 @@ static bool write(cJSON *j, const em_module *m)
     return ok;
 }
 
-static const void *config_of(const em_module *m)
-{
-    if (!strcmp(m->type, "DistilBertModel")) return &((const em_distilbert_model *)m)->config;
-    return &((const em_distilbert_seqcls *)m)->config;
-}
-
-static int *config_labels(void *cfg) { return &((em_distilbert_config *)cfg)->num_labels; }
-
 /* f32 parameter count by part, named with this config's fields */
 static void size(const void *cfg, int num_labels, em__arch_size *out)
 {
@@ -332,34 +231,9 @@ static void size(const void *cfg, int num_labels, em__arch_size *out)
     out->layer_fields = "n_layers %.0f x %.3g parameters each (dim %.0f, hidden_dim %.0f)";
 }
 
-static void seqcls_view(em_module *m, em__seqcls_view *out)
-{
-    em_distilbert_seqcls *s = (em_distilbert_seqcls *)m;
-    *out = (em__seqcls_view){.num_labels = &s->config.num_labels, .id2label = &s->id2label,
-                             .problem_type = &s->config.problem_type, .vocab_size = s->config.vocab_size,
-                             .max_position_embeddings = s->config.max_position_embeddings};
-}
-
-static em_seqcls_output seqcls_forward(em_module *m, const em_seqcls_inputs *in)
-{
-    return em_distilbert_seqcls_forward((em_distilbert_seqcls *)m, in);
-}
-
-static double init_std(const void *cfg) { return em_distilbert_config_resolve(cfg).initializer_range; }
-
 const em__arch em__distilbert_arch = {
-    .model_type = "distilbert",
-    .prefix = "distilbert",
+    .model_type = "distilbert", .prefix = "distilbert", .class_prefix = "DistilBert",
     .class_name = {"DistilBertModel", "DistilBertForSequenceClassification"},
     .config_size = sizeof(em_distilbert_config),
-    .parse = parse,
-    .write = write,
-    .build = build,
-    .init_std = init_std,
-    .config_of = config_of,
-    .class_prefix = "DistilBert",
-    .config_labels = config_labels,
-    .size = size,
-    .seqcls_view = seqcls_view,
-    .seqcls_forward = seqcls_forward,
+    EM__FAMILY_HOOKS,
 };

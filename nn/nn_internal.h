@@ -45,13 +45,21 @@ em_tensor *em__mha_core(em_tensor *q, em_tensor *k, em_tensor *v, em_tensor *mas
  * a mask, and the padding query rows of the context are left unspecified (not read). */
 em_tensor *em__mha_core_lens(em_tensor *q, em_tensor *k, em_tensor *v, em_tensor *lens, int64_t n_heads,
                              double dropout_p);
-/* DistilBERT's attention and block with a ready [B,1,1,S] mask (or NULL);
- * x is checked by the caller. With a plan (nn/unpad.c), x is the packed [n,D]
- * rows instead, and only attention sees [B,S,D] (mask4 unused). */
+/* The multi-head attention context of x (before the output projection) from
+ * the projections q_lin, k_lin, v_lin, as DistilBERT's and BERT's attention
+ * compute it: dropout (when training) on the weights; with a plan
+ * (nn/unpad.c), x is the packed [n,D] rows and only attention sees [B,S,D]
+ * (mask4 unused). In the caller's scope. */
 struct em__packing;
-em_tensor *em__mhsa_forward4(em_nn_mhsa *a, em_tensor *x, em_tensor *mask4, const struct em__packing *plan);
-em_tensor *em__block_forward4(em_nn_transformer_block *b, em_tensor *x, em_tensor *mask4,
-                              const struct em__packing *plan);
+em_tensor *em__attention_context(em_nn_linear *q_lin, em_nn_linear *k_lin, em_nn_linear *v_lin, int64_t n_heads,
+                                 const em_nn_dropout *dropout, em_tensor *x, em_tensor *mask4,
+                                 const struct em__packing *plan);
+/* DistilBERT's attention (an em_nn_mhsa) and block (an
+ * em_nn_transformer_block) with a ready [B,1,1,S] mask (or NULL): em__layer_fn
+ * (below); x is checked by the caller. With a plan (nn/unpad.c), x is the
+ * packed [n,D] rows instead, and only attention sees [B,S,D] (mask4 unused). */
+em_tensor *em__mhsa_forward4(void *mhsa, em_tensor *x, em_tensor *mask4, const struct em__packing *plan);
+em_tensor *em__block_forward4(void *block, em_tensor *x, em_tensor *mask4, const struct em__packing *plan);
 /* ---- unpadding (nn/unpad.c) ------------------------------------------------------- */
 /* The real tokens of a right-padded batch: pack (i64 [n]) lists each real token's
  * padded row b*S+s in order; unpack (i64 [B*S]) gives each padded row's packed row
@@ -111,11 +119,10 @@ typedef struct em__arch {
     em_status (*parse)(const cJSON *json, const char *path, void *cfg);
     /* Adds the family's fields to json (model_type, architectures and labels are added by the caller). */
     bool (*write)(cJSON *json, const em_module *m);
-    /* Builds a model (unflattened), freshly initialized when init (HF's
-     * _init_weights); without it the parameters are left for the caller to
-     * fill (from_pretrained loads them, then initializes only the missing
-     * ones). NULL on OOM or EM_ERR_INVALID for a bad config. */
-    em_module *(*build)(const void *cfg, em__head head, bool init);
+    /* Constructs a model of the head (unflattened, the parameters not yet
+     * initialized: em__arch_build does that and records the family). NULL on
+     * OOM or misuse for a bad config. */
+    em_module *(*construct)(const void *cfg, em__head head);
     /* The config's initializer_range (the std of HF's normal init). */
     double (*init_std)(const void *cfg);
     /* The resolved config of a model of this family. */
@@ -148,6 +155,12 @@ typedef struct em__families {
  * is EM_ERR_INVALID. */
 em_status em__from_pretrained(const em__families *families, const char *dir, const em_pretrained_opts *opts,
                               const em__arch *want_arch, em__head head, em_module **out, em_load_report *report);
+/* Builds a model of family a (unflattened) and records the family and head
+ * in it, freshly initialized when init (HF's _init_weights with the config's
+ * initializer_range); without it the parameters are left for the caller to
+ * fill (from_pretrained loads them, then initializes only the missing ones).
+ * NULL on OOM or misuse for a bad config (nn/encoder.c). */
+em_module *em__arch_build(const em__arch *a, const void *cfg, em__head head, bool init);
 /* The family and head of a model built by ember (em_module.family), or NULL. */
 const em__arch *em__arch_of(const em_module *m, em__head *head);
 /* m's config.json as one line of JSON, without problem_type (which the first
@@ -176,6 +189,110 @@ extern const char *const em__problem_names[4];
  * num_labels and the labels' dtype), then MSE / cross-entropy / BCE-with-logits. */
 em_tensor *em__seqcls_loss(em_tensor *logits, em_tensor *labels, int num_labels, em_problem_type *pt,
                            const char *op);
+
+/* ---- what the encoder families' files share (nn/encoder.c) --------------------------------- */
+/* Registers on emb the non-persistent buffer position_ids, i64 [1, n] holding
+ * 0..n-1, as HF's embeddings hold it; NULL on OOM. */
+em_tensor *em__position_ids(em_module *emb, int64_t n);
+/* Registers child under list as its name "<i>" (a ModuleList entry); false
+ * as em__add_child. */
+bool em__add_indexed(em_module *list, int64_t i, void *child);
+/* m when ok; otherwise frees m (the constructor's unwinding) and returns NULL. */
+void *em__built(em_module *m, bool ok);
+/* A model module of size bytes and type whose destroy is set, or NULL: a
+ * misuse in op when why (a bad_config message) is not NULL, or OOM. */
+void *em__model_alloc(size_t size, const char *type, const char *op, const char *why, void (*destroy)(em_module *));
+/* A sequence classifier module of size bytes and type holding body as its
+ * first child, named prefix, with destroy set; NULL (body freed) on OOM. */
+void *em__seqcls_alloc(size_t size, const char *type, em_module *body, const char *prefix,
+                       void (*destroy)(em_module *));
+
+/* One encoder layer's forward: x [B,S,D], or the packed [n,D] rows of plan. */
+typedef em_tensor *(*em__layer_fn)(void *layer, em_tensor *x, em_tensor *mask4, const em__packing *plan);
+/* An encoder as its family's forward sees it: the embeddings' parts
+ * (token_type NULL: none) and the layers. */
+typedef struct em__encoder {
+    em_nn_embedding *word, *position, *token_type;
+    em_tensor *position_ids;   /* i64 [1, max_positions] */
+    em_nn_layer_norm *ln;
+    em_nn_dropout *dropout;
+    void *const *layers;
+    int64_t n_layers, max_positions;
+    em__layer_fn layer_forward;
+} em__encoder;
+/* The encoder pass: checks ids (i64/i32 [B,S], S <= max_positions) and types
+ * (NULL, or ids' shape), misuse naming op; embeds as HF ((word + token_type)
+ * + position), then LayerNorm, dropout and the layers, with the mask's
+ * [B,1,1,S] form built once. first_only: the caller reads only each
+ * sequence's first token, so a right-padded batch may run on its real tokens
+ * (nn/unpad.c) and the result is that token's hidden state, [B,D]; otherwise
+ * [B,S,D], every position as HF. The result belongs to the caller's scope. */
+em_tensor *em__encoder_forward(const em__encoder *enc, em_tensor *ids, em_tensor *mask, em_tensor *types,
+                               bool first_only, const char *op);
+/* A classifier's output from its logits, inside the forward's own scope: the
+ * loss (em__seqcls_loss) when labels are given; both kept to the caller's
+ * scope; {NULL, NULL} when the logits or the loss failed. */
+em_seqcls_output em__seqcls_output(em_tensor *logits, em_tensor *labels, int num_labels, em_problem_type *pt,
+                                   const char *op);
+
+/* What every encoder family's file writes the same way, expanded once there,
+ * after its bad_config and before its model_build and seqcls_build (which it
+ * declares): for family F, the structs em_F_model (of type MODEL_TYPE, with
+ * `config` and the `layer` array), em_F_seqcls (with `config` and id2label)
+ * and em_F_config, and the public em_F_config_resolve and
+ * em_F_seqcls_forward. Defines the static model_destroy, seqcls_destroy and
+ * construct (a model of either head, unflattened and not initialized: see
+ * em__arch_build), the public em_F_model_new and em_F_seqcls_new (built,
+ * initialized as HF, flattened), and the static em__arch hooks config_of,
+ * config_labels, init_std, seqcls_view and seqcls_forward; EM__FAMILY_HOOKS
+ * puts them (with the file's parse, write and size) in its em__F_arch. */
+#define EM__FAMILY_FUNCTIONS(F, MODEL_TYPE)                                                                     \
+    static em_##F##_model *model_build(const em_##F##_config *cfg);                                             \
+    static em_##F##_seqcls *seqcls_build(const em_##F##_config *cfg);                                           \
+    static void model_destroy(em_module *base)                                                                  \
+    {                                                                                                           \
+        em__free(((em_##F##_model *)base)->layer);                                                              \
+        em__free(base);                                                                                         \
+    }                                                                                                           \
+    static void seqcls_destroy(em_module *base)                                                                 \
+    {                                                                                                           \
+        em_##F##_seqcls *s_ = (em_##F##_seqcls *)base;                                                          \
+        em__free_labels(s_->id2label, s_->config.num_labels);                                                   \
+        em__free(s_);                                                                                           \
+    }                                                                                                           \
+    static em_module *construct(const void *cfg, em__head head)                                                 \
+    {                                                                                                           \
+        return head == EM__HEAD_SEQCLS ? (em_module *)seqcls_build(cfg) : (em_module *)model_build(cfg);      \
+    }                                                                                                           \
+    em_##F##_model *em_##F##_model_new(const em_##F##_config *cfg)                                              \
+    {                                                                                                           \
+        return (em_##F##_model *)em__flattened(em__arch_build(&em__##F##_arch, cfg, EM__HEAD_BASE, true));      \
+    }                                                                                                           \
+    em_##F##_seqcls *em_##F##_seqcls_new(const em_##F##_config *cfg)                                            \
+    {                                                                                                           \
+        return (em_##F##_seqcls *)em__flattened(em__arch_build(&em__##F##_arch, cfg, EM__HEAD_SEQCLS, true));   \
+    }                                                                                                           \
+    static const void *config_of(const em_module *m)                                                            \
+    {                                                                                                           \
+        if (!strcmp(m->type, MODEL_TYPE)) return &((const em_##F##_model *)m)->config;                          \
+        return &((const em_##F##_seqcls *)m)->config;                                                           \
+    }                                                                                                           \
+    static int *config_labels(void *cfg) { return &((em_##F##_config *)cfg)->num_labels; }                     \
+    static double init_std(const void *cfg) { return em_##F##_config_resolve(cfg).initializer_range; }         \
+    static void seqcls_view(em_module *m, em__seqcls_view *out)                                                 \
+    {                                                                                                           \
+        em_##F##_seqcls *s_ = (em_##F##_seqcls *)m;                                                             \
+        *out = (em__seqcls_view){.num_labels = &s_->config.num_labels, .id2label = &s_->id2label,              \
+                                 .problem_type = &s_->config.problem_type, .vocab_size = s_->config.vocab_size, \
+                                 .max_position_embeddings = s_->config.max_position_embeddings};                \
+    }                                                                                                           \
+    static em_seqcls_output seqcls_forward(em_module *m, const em_seqcls_inputs *in)                            \
+    {                                                                                                           \
+        return em_##F##_seqcls_forward((em_##F##_seqcls *)m, in);                                               \
+    }
+#define EM__FAMILY_HOOKS                                                                                 \
+    .parse = parse, .write = write, .construct = construct, .init_std = init_std, .config_of = config_of, \
+    .config_labels = config_labels, .size = size, .seqcls_view = seqcls_view, .seqcls_forward = seqcls_forward
 
 /* Frees an id2label array of n strings (NULL is ok; module.c). */
 void em__free_labels(char **labels, int n);

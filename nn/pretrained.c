@@ -514,7 +514,7 @@ em_status em__from_pretrained(const em__families *families, const char *dir, con
     if (!s) s = check_model_size(arch, cfg, o.num_labels ? o.num_labels : cfg_labels, cfg_path);
     if (!s) s = ckpt_open(dir, &c);
     /* built uninitialized: the checkpoint fills it, then only what it lacked is initialized */
-    if (!s && !(m = arch->build(cfg, head, false))) s = em_last_status() ? em_last_status() : EM_ERR_OOM;
+    if (!s && !(m = em__arch_build(arch, cfg, head, false))) s = em_last_status() ? em_last_status() : EM_ERR_OOM;
     if (!s && report && !(r.model_class = em__strdup(arch->class_name[head]))) s = em__fail(EM_ERR_OOM, "out of memory");
     if (!s) s = load_state(m, arch, head, &c, dir, &o, report ? &r : NULL);
     if (!s && head == EM__HEAD_SEQCLS && (!o.num_labels || o.num_labels == cfg_labels)) {

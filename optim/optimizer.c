@@ -10,6 +10,7 @@
  * kernel call updates the whole run. */
 #include "optim/optim_internal.h"
 #include "autograd/autograd.h"
+#include "tensor/grow.h"
 
 #include <strings.h>
 #include <errno.h>
@@ -465,7 +466,8 @@ int em_param_groups_no_decay(const char *const *names, em_tensor *const *params,
 
 /* A growable list of malloc'd strings. */
 typedef struct strlist {
-    int n, cap;
+    int n;
+    int64_t cap;
     char **v;
 } strlist;
 
@@ -473,11 +475,9 @@ static bool sl_add(strlist *l, const char *fmt, ...) __attribute__((format(print
 static bool sl_add(strlist *l, const char *fmt, ...)
 {
     if (l->n == l->cap) {
-        int cap = l->cap ? 2 * l->cap : 32;
-        char **v = em__realloc(l->v, sizeof *v * (size_t)cap);
+        char **v = em__grow(l->v, sizeof *v, &l->cap, 32, em__realloc);
         if (!v) return false;
         l->v = v;
-        l->cap = cap;
     }
     va_list ap, aq;
     va_start(ap, fmt);

@@ -3,6 +3,7 @@
  * dot-product attention: composed from recorded ops, or the fused op SDPA on
  * CUDA. */
 #include "tensor/op_grad.h"
+#include "tensor/op_nn.h"
 #include "tensor/tensor_internal.h"
 
 #include <float.h>

@@ -62,6 +62,20 @@ static bool check_indices(const char *op, em_tensor *idx, int64_t n, bool has_ex
 /* Keeps r into the caller's scope when ok; NULL otherwise. */
 static em_tensor *keep_if(bool ok, em_tensor *r) { return ok && r ? em_keep(r) : NULL; }
 
+/* The tail of a front-end whose kernel writes three outputs: dispatches k when
+ * ok (its outputs were allocated), keeps out[0] as the result and, when that
+ * succeeded, out[1] and out[2] into *extra1 and *extra2 (each NULL when not
+ * asked for), and ends the front-end's scope. */
+static em_tensor *dispatch_keep3(bool ok, em_kargs *k, em_tensor **extra1, em_tensor **extra2)
+{
+    if (ok) ok = em__dispatch(k) == EM_OK;
+    em_tensor *r = keep_if(ok, k->out[0]);
+    if (r && extra1) *extra1 = em_keep(k->out[1]);
+    if (r && extra2) *extra2 = em_keep(k->out[2]);
+    em_scope_end();
+    return r;
+}
+
 /* ---- softmax ------------------------------------------------------------------ */
 
 static em_tensor *softmax_op(em_tensor *t, int dim, em_op opc, const char *op)
@@ -84,15 +98,25 @@ static em_tensor *softmax_op(em_tensor *t, int dim, em_op opc, const char *op)
 em_tensor *em_softmax(em_tensor *t, int dim) { return softmax_op(t, dim, EM_OP_SOFTMAX, "em_softmax"); }
 em_tensor *em_log_softmax(em_tensor *t, int dim) { return softmax_op(t, dim, EM_OP_LOG_SOFTMAX, "em_log_softmax"); }
 
+bool em__check_same(const char *op, const char *an, const em_tensor *a, const char *bn, const em_tensor *b)
+{
+    if (!(em_dtype_is_float(a->dtype) && a->dtype == b->dtype))
+        em__misuse(op, "%s and %s must share a floating-point dtype, got %s and %s", an, bn, em_dtype_name(a->dtype),
+                   em_dtype_name(b->dtype));
+    else if (!same_shape(a, b))
+        em__misuse(op, "%s %s and %s %s differ in shape", an, em__shape_str(a), bn, em__shape_str(b));
+    else if (!em_device_eq(a->device, b->device))
+        em__misuse(op, "%s and %s are on different devices", an, bn);
+    else
+        return true;
+    return false;
+}
+
 em_tensor *em__softmax_backward(em_tensor *y, em_tensor *dy, int dim, bool log)
 {
     const char *op = log ? "em_log_softmax_backward" : "em_softmax_backward";
     EM_PROPAGATE_NULL(y, dy);
-    EM_CHECK(em_dtype_is_float(y->dtype) && y->dtype == dy->dtype, op,
-             "y and dy must share a floating-point dtype, got %s and %s", em_dtype_name(y->dtype),
-             em_dtype_name(dy->dtype));
-    EM_CHECK(same_shape(y, dy), op, "y %s and dy %s differ in shape", em__shape_str(y), em__shape_str(dy));
-    EM_CHECK(em_device_eq(y->device, dy->device), op, "y and dy are on different devices");
+    if (!em__check_same(op, "y", y, "dy", dy)) return NULL;
     int d = em__wrap_dim(dim, y->ndim, op);
     if (d < 0) return NULL;
     em_scope_begin();
@@ -162,16 +186,8 @@ em_tensor *em_layer_norm(em_tensor *x, em_tensor *weight, em_tensor *bias, doubl
     em_tensor *y = em__empty(x->ndim, x->shape, x->dtype, x->device);
     em_tensor *mu = em__empty(x->ndim - 1, x->shape, sdt, x->device);
     em_tensor *rs = em__empty(x->ndim - 1, x->shape, sdt, x->device);
-    bool ok = xc && y && mu && rs;
-    if (ok) {
-        em_kargs k = {.op = EM_OP_LAYER_NORM, .in = {xc, weight, bias}, .out = {y, mu, rs}, .f = {eps}};
-        ok = em__dispatch(&k) == EM_OK;
-    }
-    em_tensor *r = keep_if(ok, y);
-    if (r && mean) *mean = em_keep(mu);
-    if (r && rstd) *rstd = em_keep(rs);
-    em_scope_end();
-    return r;
+    em_kargs k = {.op = EM_OP_LAYER_NORM, .in = {xc, weight, bias}, .out = {y, mu, rs}, .f = {eps}};
+    return dispatch_keep3(xc && y && mu && rs, &k, mean, rstd);
 }
 
 em_tensor *em_layer_norm_backward(em_tensor *dy, em_tensor *x, em_tensor *mean, em_tensor *rstd,
@@ -195,16 +211,8 @@ em_tensor *em_layer_norm_backward(em_tensor *dy, em_tensor *x, em_tensor *mean, 
     em_tensor *dx = em__empty(x->ndim, x->shape, x->dtype, x->device);
     em_tensor *dw = dweight ? em__empty(1, &D, x->dtype, x->device) : NULL;
     em_tensor *db = dbias ? em__empty(1, &D, x->dtype, x->device) : NULL;
-    bool ok = dx && (dw || !dweight) && (db || !dbias);
-    if (ok) {
-        em_kargs k = {.op = EM_OP_LAYER_NORM_BWD, .in = {dy, x, mean, rstd, weight}, .out = {dx, dw, db}};
-        ok = em__dispatch(&k) == EM_OK;
-    }
-    em_tensor *r = keep_if(ok, dx);
-    if (r && dweight) *dweight = em_keep(dw);
-    if (r && dbias) *dbias = em_keep(db);
-    em_scope_end();
-    return r;
+    em_kargs k = {.op = EM_OP_LAYER_NORM_BWD, .in = {dy, x, mean, rstd, weight}, .out = {dx, dw, db}};
+    return dispatch_keep3(dx && (dw || !dweight) && (db || !dbias), &k, dweight, dbias);
 }
 
 /* ---- embedding ------------------------------------------------------------------------ */

@@ -11,6 +11,13 @@
 
 #include "tensor/tensor.h"
 
+/* Whether a and b (named an and bn in the messages) share a floating-point
+ * dtype, a shape and a device; otherwise a misuse in op, checked in that
+ * order: "<an> and <bn> must share a floating-point dtype, got ...",
+ * "<an> [..] and <bn> [..] differ in shape", "<an> and <bn> are on different
+ * devices". For backward front-ends (x or y against dy). */
+bool em__check_same(const char *op, const char *an, const em_tensor *a, const char *bn, const em_tensor *b);
+
 /* dx of softmax (log = false) or log_softmax (log = true) over dim, from the
  * forward output y and the incoming gradient dy (same shape and float dtype,
  * any layout):  softmax: dx = y * (dy - sum(dy * y));

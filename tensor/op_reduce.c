@@ -90,44 +90,41 @@ em_tensor *em_sum(em_tensor *t, int ndims, const int *dims, bool keepdim)
     return run_reduce(EM_OP_SUM, t, mask, out_dt, 0, keepdim);
 }
 
+/* The front-end of a floating reduction (mean, var, logsumexp, norm): autocast
+ * (f32 in a region), NULL in NULL out, dims and a float dtype checked, then the
+ * parameter (param_ok, else misuse with param_msg, a format of param and the
+ * input's shape), each misuse naming name. */
+static em_tensor *float_reduce(em_op opc, const char *name, em_tensor *t, int ndims, const int *dims, double param,
+                               bool param_ok, const char *param_msg, bool keepdim)
+{
+    t = em__autocast(opc, 0, t);   /* in an autocast region: f32 */
+    EM_PROPAGATE_NULL_IN(name, t);
+    int64_t mask = dims_mask(name, t, ndims, dims);
+    if (mask < 0 || !need_float(name, t)) return NULL;
+    EM_CHECK(param_ok, name, param_msg, param, em__shape_str(t));
+    return run_reduce(opc, t, mask, t->dtype, param, keepdim);
+}
+
 em_tensor *em_mean(em_tensor *t, int ndims, const int *dims, bool keepdim)
 {
-    t = em__autocast(EM_OP_MEAN, 0, t);   /* in an autocast region: f32 */
-    EM_PROPAGATE_NULL(t);
-    int64_t mask = dims_mask("em_mean", t, ndims, dims);
-    if (mask < 0 || !need_float("em_mean", t)) return NULL;
-    return run_reduce(EM_OP_MEAN, t, mask, t->dtype, 0, keepdim);
+    return float_reduce(EM_OP_MEAN, "em_mean", t, ndims, dims, 0, true, NULL, keepdim);
 }
 
 em_tensor *em_var(em_tensor *t, int ndims, const int *dims, double correction, bool keepdim)
 {
-    t = em__autocast(EM_OP_VAR, 0, t);   /* in an autocast region: f32 */
-    EM_PROPAGATE_NULL(t);
-    int64_t mask = dims_mask("em_var", t, ndims, dims);
-    if (mask < 0 || !need_float("em_var", t)) return NULL;
-    EM_CHECK(correction >= 0 && isfinite(correction), "em_var", "correction must be >= 0, got %g (input %s)",
-             correction, em__shape_str(t));
-    return run_reduce(EM_OP_VAR, t, mask, t->dtype, correction, keepdim);
+    return float_reduce(EM_OP_VAR, "em_var", t, ndims, dims, correction, correction >= 0 && isfinite(correction),
+                        "correction must be >= 0, got %g (input %s)", keepdim);
 }
 
 em_tensor *em_logsumexp(em_tensor *t, int ndims, const int *dims, bool keepdim)
 {
-    t = em__autocast(EM_OP_LOGSUMEXP, 0, t);   /* in an autocast region: f32 */
-    EM_PROPAGATE_NULL(t);
-    int64_t mask = dims_mask("em_logsumexp", t, ndims, dims);
-    if (mask < 0 || !need_float("em_logsumexp", t)) return NULL;
-    return run_reduce(EM_OP_LOGSUMEXP, t, mask, t->dtype, 0, keepdim);
+    return float_reduce(EM_OP_LOGSUMEXP, "em_logsumexp", t, ndims, dims, 0, true, NULL, keepdim);
 }
 
 em_tensor *em_norm(em_tensor *t, double p, int ndims, const int *dims, bool keepdim)
 {
-    t = em__autocast(EM_OP_NORM, 0, t);   /* in an autocast region: f32 */
-    EM_PROPAGATE_NULL(t);
-    int64_t mask = dims_mask("em_norm", t, ndims, dims);
-    if (mask < 0 || !need_float("em_norm", t)) return NULL;
-    EM_CHECK(p > 0 && !isnan(p) && !(isinf(p) && p < 0), "em_norm",
-             "p must be > 0 or INFINITY, got %g (input %s)", p, em__shape_str(t));
-    return run_reduce(EM_OP_NORM, t, mask, t->dtype, p, keepdim);
+    return float_reduce(EM_OP_NORM, "em_norm", t, ndims, dims, p, p > 0 && !isnan(p) && !(isinf(p) && p < 0),
+                        "p must be > 0 or INFINITY, got %g (input %s)", keepdim);
 }
 
 /* max/min/argmax along one dim. */

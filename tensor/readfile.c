@@ -1,11 +1,28 @@
 /* ember — reading a whole file from outside (tensor_internal.h em__read_file):
  * the one reader behind vocab files, data tables, config.json and
- * tokenizer.json. */
+ * tokenizer.json; and writing a file descriptor fully (file_io.h). */
 #include "tensor/tensor_internal.h"
+#include "tensor/file_io.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
+
+bool em__write_all(int fd, const void *p, size_t n)
+{
+    const char *c = p;
+    while (n) {
+        ssize_t w = write(fd, c, n);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return false;
+        }
+        c += w;
+        n -= (size_t)w;
+    }
+    return true;
+}
 
 em_status em__read_file(const char *path, size_t max, char **data, size_t *size)
 {

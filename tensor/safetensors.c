@@ -27,6 +27,7 @@
  * so the fail-the-Nth-allocation switch reaches the parser too.
  */
 #include "tensor/tensor_internal.h"
+#include "tensor/file_io.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -572,26 +573,11 @@ static void st_header(st_jbuf *b, int n, const st_item *items, int n_meta, const
     st_put(b, "}", 1);
 }
 
-static bool st_write_all(int fd, const void *p, size_t n)
-{
-    const char *c = p;
-    while (n) {
-        ssize_t w = write(fd, c, n);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            return false;
-        }
-        c += w;
-        n -= (size_t)w;
-    }
-    return true;
-}
-
 /* Writes data bytes and continues the file's data checksum. */
 static bool st_emit(int fd, const void *p, size_t n, uint32_t *crc)
 {
     *crc = em__crc32c_update(*crc, p, n);
-    return st_write_all(fd, p, n);
+    return em__write_all(fd, p, n);
 }
 
 #define ST_SCRATCH (1u << 20)
@@ -763,7 +749,7 @@ static em_status st_save(const char *op, bool checksum, const char *path, int n,
         goto done;
     }
     created = true;
-    if (!st_write_all(fd, hdr, 8 + hlen)) goto write_error;
+    if (!em__write_all(fd, hdr, 8 + hlen)) goto write_error;
     for (int i = 0; i < n; i++) {
         em_tensor *t = items[i].t;
         size_t nb = (size_t)(items[i].end - items[i].begin);

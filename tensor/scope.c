@@ -1,6 +1,7 @@
 /* ember — scopes: every op result is owned by the innermost open scope and
  * released when it ends (DESIGN.md §2 "Memory"). Scopes are per thread. */
 #include "tensor/tensor_internal.h"
+#include "tensor/grow.h"
 
 #include <stdlib.h>
 
@@ -47,11 +48,9 @@ void em_scope_end(void)
 static bool scope_push(scope *s, em_tensor *t)
 {
     if (s->n == s->cap) {
-        int64_t cap = s->cap ? 2 * s->cap : 64;
-        em_tensor **items = realloc(s->items, sizeof *items * (size_t)cap);
+        em_tensor **items = em__grow(s->items, sizeof *items, &s->cap, 64, realloc);
         if (!items) return false;
         s->items = items;
-        s->cap = cap;
     }
     s->items[s->n++] = t;
     t->held++;   /* the caller's reference becomes the scope's */

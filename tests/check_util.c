@@ -75,6 +75,14 @@ double tu_close_ratio(const double *got, const double *ref, int64_t n, double rt
     return worst;
 }
 
+void tu_assert_values_close(em_tensor *t, const double *ref, int64_t n, double rtol, double atol)
+{
+    double *got = tu_to_doubles(t);
+    double ratio = tu_close_ratio(got, ref, n, rtol, atol);
+    free(got);
+    ck_assert_msg(ratio <= 1.0, "not close: ratio %g", ratio);
+}
+
 static const char *expected_msg;
 static void misuse_handler(const char *msg, void *user)
 {
@@ -90,6 +98,19 @@ void tu_expect_misuse(const char *expected)
     em_set_misuse_handler(misuse_handler, NULL);
 }
 
+TCase *tu_case(Suite *s, const char *name, double timeout_s)
+{
+    TCase *tc = tcase_create(name);
+    if (timeout_s > 0) tcase_set_timeout(tc, timeout_s);
+    suite_add_tcase(s, tc);
+    return tc;
+}
+
+void tu_add_list(TCase *tc, int signal, const TTest *const *tests)
+{
+    for (; *tests; tests++) tcase_add_test_raise_signal(tc, *tests, signal);
+}
+
 int tu_run_suite(Suite *s)
 {
     SRunner *sr = srunner_create(s);
@@ -99,13 +120,37 @@ int tu_run_suite(Suite *s)
     return failed == 0 ? 0 : 1;
 }
 
+bool tu_in_list(char *const *list, int n, const char *s)
+{
+    for (int i = 0; i < n; i++)
+        if (!strcmp(list[i], s)) return true;
+    return false;
+}
+
 int64_t tu_live_bytes(void) { return em_memory_stats_get(EM_CPU).live_bytes; }
+
+static int64_t leak_base;
+static void leak_setup(void) { leak_base = tu_live_bytes(); }
+static void leak_teardown(void)
+{
+    int64_t now = tu_live_bytes();
+    ck_assert_msg(now == leak_base, "live CPU bytes: %lld at the start, %lld at the end", (long long)leak_base,
+                  (long long)now);
+}
+
+TCase *tu_no_leaks(TCase *tc)
+{
+    tcase_add_checked_fixture(tc, leak_setup, leak_teardown);
+    return tc;
+}
 
 static const char *join(const char *env, const char *fallback, const char *rel)
 {
-    static _Thread_local char buf[4096];
+    static _Thread_local char bufs[8][4096];
+    static _Thread_local int k;
+    char *buf = bufs[k++ % 8];
     const char *root = getenv(env);
-    snprintf(buf, sizeof buf, "%s/%s", root ? root : fallback, rel);
+    snprintf(buf, sizeof bufs[0], "%s/%s", root ? root : fallback, rel);
     return buf;
 }
 const char *tu_shared_path(const char *rel) { return join("EMBER_SHARED_DATA", "../shared/data", rel); }

@@ -25,37 +25,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* ---- the toy dataset ------------------------------------------------------------- */
-typedef struct toy_ds {
-    em_dataset base;
-    int64_t n;
-    int32_t *ids;      /* n * FEAT */
-    int64_t *labels;
-} toy_ds;
-
-static int64_t toy_len(const em_dataset *d) { return ((const toy_ds *)d)->n; }
-static em_status toy_get(const em_dataset *d, int64_t i, em_sample *out)
-{
-    const toy_ds *t = (const toy_ds *)d;
-    *out = (em_sample){ .ids = t->ids + i * FEAT, .type_ids = NULL, .len = FEAT, .label = t->labels[i] };
-    return EM_OK;
-}
-static void toy_free(em_dataset *d)
-{
-    toy_ds *t = (toy_ds *)d;
-    free(t->ids);
-    free(t->labels);
-    free(t);
-}
-static const em_dataset_ops toy_ops = { toy_len, toy_get, toy_free };
-
+/* ---- the toy dataset (toy_model.h): label 1 when the ids sum past 18 ------------- */
 static toy_ds *toy_new(int64_t n, uint64_t seed)
 {
-    toy_ds *t = calloc(1, sizeof *t);
-    t->base.ops = &toy_ops;
-    t->n = n;
-    t->ids = malloc(sizeof(int32_t) * (size_t)(n * FEAT));
-    t->labels = malloc(sizeof(int64_t) * (size_t)n);
+    toy_ds *t = toy_ds_alloc(n);
     uint64_t s = seed;
     for (int64_t i = 0; i < n; i++) {
         int sum = 0;
@@ -79,22 +52,12 @@ static void copy_params(toy_model *dst, toy_model *src)
     free(b);
 }
 
-/* The samples [from, from + n) of ds as one batch (ids [n, FEAT], labels [n]). */
-static void rows_of(toy_ds *ds, int64_t from, int64_t n, em_tensor **ids, em_tensor **labels)
-{
-    int64_t *v = malloc(sizeof(int64_t) * (size_t)(n * FEAT));
-    for (int64_t i = 0; i < n * FEAT; i++) v[i] = ds->ids[from * FEAT + i];
-    *ids = em_from_data(v, 2, (int64_t[]){n, FEAT}, EM_I64);
-    *labels = em_from_data(ds->labels + from, 1, (int64_t[]){n}, EM_I64);
-    free(v);
-}
-
 /* One plain SGD step on the big batch [from, from + n): the reference. */
 static void reference_step(toy_model *m, em_optimizer *opt, toy_ds *ds, int64_t from, int64_t n)
 {
     EM_SCOPE {
         em_tensor *ids, *labels;
-        rows_of(ds, from, n, &ids, &labels);
+        toy_rows(ds, from, n, &ids, &labels);
         em_backward(toy_loss(m, ids, labels));
         em_optimizer_step(opt);
         em_optimizer_zero_grad_ex(opt, false);
@@ -120,58 +83,70 @@ static em_dataloader *loader(toy_ds *ds, int64_t bs, bool shuffle)
     return dl;
 }
 
+/* A run (toy_model.h) over ds, which it then owns: a fresh toy model without
+ * dropout and a loader of batches of bs; the test adds the optimizer, the
+ * scheduler and the accelerator, and frees it all with toy_run_free. */
+static toy_run run_of(toy_ds *ds, int64_t bs, bool shuffle)
+{
+    toy_run r = { .ds = ds, .m = toy_model_new(0) };
+    r.p = params_of(r.m, &r.n);
+    r.dl = loader(ds, bs, shuffle);
+    return r;
+}
+
+/* A run (toy_model.h) of just ds (which it then owns) and its loader of batches
+ * of bs, prepared on an accelerator of one with the default options. */
+static toy_run loader_run(toy_ds *ds, int64_t bs)
+{
+    toy_run r = { .ds = ds, .dl = loader(ds, bs, false), .acc = em_accelerator_new(NULL) };
+    ck_assert_int_eq(em_accelerator_prepare_dataloader(r.acc, r.dl), EM_OK);
+    return r;
+}
+
 /* Trains K-accumulated micro-steps over one epoch of N samples in batches of
  * bs, and compares with plain SGD on the windows' big batches. */
 static void check_windows(int64_t N, int64_t bs, int K)
 {
     em_set_seed(7);
-    toy_ds *ds = toy_new(N, 11);
-    toy_model *m = toy_model_new(0), *ref = toy_model_new(0);
+    toy_run r = run_of(toy_new(N, 11), bs, false);
+    toy_model *ref = toy_model_new(0);
     em_module_flatten(&ref->base);
-    copy_params(ref, m);
-    int n;
-    em_tensor **p = params_of(m, &n), **pr = params_of(ref, &n);
-    em_optimizer *opt = em_sgd_new(p, n, &(em_sgd_opts){ .lr = 0.5 });
-    em_optimizer *opt_ref = em_sgd_new(pr, n, &(em_sgd_opts){ .lr = 0.5 });
-    em_dataloader *dl = loader(ds, bs, false);
-    em_accelerator *acc = em_accelerator_new(&(em_accelerator_opts){ .gradient_accumulation_steps = K });
-    ck_assert_int_eq(em_accelerator_prepare(acc, &m->base, opt, dl, NULL), EM_OK);
+    copy_params(ref, r.m);
+    em_tensor **pr = params_of(ref, &r.n);
+    r.opt = em_sgd_new(r.p, r.n, &(em_sgd_opts){ .lr = 0.5 });
+    em_optimizer *opt_ref = em_sgd_new(pr, r.n, &(em_sgd_opts){ .lr = 0.5 });
+    r.acc = em_accelerator_new(&(em_accelerator_opts){ .gradient_accumulation_steps = K });
+    ck_assert_int_eq(em_accelerator_prepare(r.acc, &r.m->base, r.opt, r.dl, NULL), EM_OK);
 
-    int64_t L = em_dataloader_len(dl), micro = 0, window_start = 0;
-    for (em_batch b; em_accelerator_next(acc, dl, &b);) {
+    int64_t L = em_dataloader_len(r.dl), micro = 0, window_start = 0;
+    for (em_batch b; em_accelerator_next(r.acc, r.dl, &b);) {
         int64_t before_n;
-        float *before = snapshot(m, &before_n);
-        EM_ACCUMULATE(acc, &m->base) {
-            em_accelerator_backward(acc, toy_loss(m, b.input_ids, b.labels));
-            em_accelerator_optimizer_step(acc, opt);
-            em_accelerator_optimizer_zero_grad(acc, opt);
+        float *before = snapshot(r.m, &before_n);
+        EM_ACCUMULATE(r.acc, &r.m->base) {
+            ck_assert_int_eq(toy_run_step(&r, toy_loss(r.m, b.input_ids, b.labels), 0), EM_OK);
         }
         micro++;
         bool expect_sync = micro % K == 0 || micro == L;
-        ck_assert_msg(em_accelerator_sync_gradients(acc) == expect_sync, "micro-step %lld: sync %d", (long long)micro,
-                      em_accelerator_sync_gradients(acc));
+        ck_assert_msg(em_accelerator_sync_gradients(r.acc) == expect_sync, "micro-step %lld: sync %d", (long long)micro,
+                      em_accelerator_sync_gradients(r.acc));
         int64_t after_n;
-        float *after = snapshot(m, &after_n);
+        float *after = snapshot(r.m, &after_n);
         if (!expect_sync) {
             ck_assert_msg(memcmp(before, after, sizeof(float) * (size_t)after_n) == 0,
                           "the optimizer stepped on non-sync micro-step %lld", (long long)micro);
         } else {
             int64_t rows = micro * bs < N ? micro * bs - window_start : N - window_start;
-            reference_step(ref, opt_ref, ds, window_start, rows);
+            reference_step(ref, opt_ref, r.ds, window_start, rows);
             window_start += rows;
-            assert_params_close(m, ref, 2e-6);
+            assert_params_close(r.m, ref, 2e-6);
         }
         free(before), free(after);
     }
     ck_assert_int_eq(micro, L);
     ck_assert_int_eq(window_start, N);
-    ck_assert_int_eq(em_accelerator_optimizer_steps(acc), (L + K - 1) / K);
-    em_accelerator_free(acc);
-    em_dataloader_free(dl);
-    em_optimizer_free(opt), em_optimizer_free(opt_ref);
-    free(p), free(pr);
-    em_module_free(&m->base), em_module_free(&ref->base);
-    em_dataset_free(&ds->base);
+    ck_assert_int_eq(em_accelerator_optimizer_steps(r.acc), (L + K - 1) / K);
+    toy_run_free(&r);
+    em_optimizer_free(opt_ref), free(pr), em_module_free(&ref->base);
 }
 
 START_TEST(test_accumulation_equals_big_batch)
@@ -200,51 +175,38 @@ static double lr_lambda(int64_t s, void *user)
 START_TEST(test_sync_pattern_and_scheduler_rule)
 {
     em_set_seed(3);
-    toy_ds *ds = toy_new(10, 5);
-    toy_model *m = toy_model_new(0);
-    int n;
-    em_tensor **p = params_of(m, &n);
-    em_optimizer *opt = em_adamw_new(p, n, &(em_adamw_opts){ .lr = 1e-2 });
-    em_scheduler *sched = em_lambda_lr_new(opt, lr_lambda, NULL);
-    em_dataloader *dl = loader(ds, 2, true);
-    em_accelerator *acc = em_accelerator_new(&(em_accelerator_opts){ .gradient_accumulation_steps = 2 });
-    ck_assert(em_accelerator_sync_gradients(acc));   /* before any micro-step */
-    ck_assert_int_eq(em_accelerator_prepare(acc, &m->base, opt, dl, sched), EM_OK);
+    toy_run r = run_of(toy_new(10, 5), 2, true);
+    r.opt = em_adamw_new(r.p, r.n, &(em_adamw_opts){ .lr = 1e-2 });
+    r.sched = em_lambda_lr_new(r.opt, lr_lambda, NULL);
+    r.acc = em_accelerator_new(&(em_accelerator_opts){ .gradient_accumulation_steps = 2 });
+    ck_assert(em_accelerator_sync_gradients(r.acc));   /* before any micro-step */
+    ck_assert_int_eq(em_accelerator_prepare(r.acc, &r.m->base, r.opt, r.dl, r.sched), EM_OK);
     const bool pattern[5] = { false, true, false, true, true };
     int micro = 0;
     for (int epoch = 0; epoch < 2; epoch++)
-        for (em_batch b; em_accelerator_next(acc, dl, &b);) {
-            bool eod = em_dataloader_end_of_dataloader(dl);
-            int64_t sched_before = em_scheduler_last_epoch(sched);
+        for (em_batch b; em_accelerator_next(r.acc, r.dl, &b);) {
+            bool eod = em_dataloader_end_of_dataloader(r.dl);
+            int64_t sched_before = em_scheduler_last_epoch(r.sched);
             /* the Python loop of issue 6, without an accumulate block: each
              * backward is a micro-step of its own */
-            em_accelerator_backward(acc, toy_loss(m, b.input_ids, b.labels));
-            em_accelerator_optimizer_step(acc, opt);
-            em_accelerator_scheduler_step(acc, sched);
-            em_accelerator_optimizer_zero_grad(acc, opt);
-            bool sync = em_accelerator_sync_gradients(acc);
+            ck_assert_int_eq(toy_run_step(&r, toy_loss(r.m, b.input_ids, b.labels), 0), EM_OK);
+            bool sync = em_accelerator_sync_gradients(r.acc);
             ck_assert_msg(sync == pattern[micro % 5], "micro-step %d: sync %d", micro, sync);
             ck_assert_int_eq(eod, micro % 5 == 4);
-            ck_assert_int_eq(em_scheduler_last_epoch(sched) - sched_before, sync ? 1 : 0);
+            ck_assert_int_eq(em_scheduler_last_epoch(r.sched) - sched_before, sync ? 1 : 0);
             if (!sync) {   /* the gradients accumulate: zero_grad was a no-op */
-                em_tensor *g = em_grad(p[0]);
+                em_tensor *g = em_grad(r.p[0]);
                 ck_assert_ptr_nonnull(g);
                 ck_assert(em_item(em_sum(em_abs(g), 0, NULL, false)) > 0);
             }
             micro++;
         }
     ck_assert_int_eq(micro, 10);
-    ck_assert_int_eq(em_accelerator_step(acc), 10);
-    ck_assert_int_eq(em_accelerator_optimizer_steps(acc), 6);
-    ck_assert_int_eq(em_scheduler_last_epoch(sched), 6);
-    ck_assert_double_eq_tol(em_optimizer_lr(opt, 0), 1e-2 / 7.0, 1e-15);
-    em_accelerator_free(acc);
-    em_dataloader_free(dl);
-    em_scheduler_free(sched);
-    em_optimizer_free(opt);
-    free(p);
-    em_module_free(&m->base);
-    em_dataset_free(&ds->base);
+    ck_assert_int_eq(em_accelerator_step(r.acc), 10);
+    ck_assert_int_eq(em_accelerator_optimizer_steps(r.acc), 6);
+    ck_assert_int_eq(em_scheduler_last_epoch(r.sched), 6);
+    ck_assert_double_eq_tol(em_optimizer_lr(r.opt, 0), 1e-2 / 7.0, 1e-15);
+    toy_run_free(&r);
 }
 END_TEST
 
@@ -253,62 +215,49 @@ END_TEST
 START_TEST(test_fp16_skipped_step_skips_scheduler)
 {
     em_set_seed(3);
-    toy_ds *ds = toy_new(8, 5);
-    toy_model *m = toy_model_new(0);
-    int n;
-    em_tensor **p = params_of(m, &n);
-    em_optimizer *opt = em_sgd_new(p, n, &(em_sgd_opts){ .lr = 0.1 });
-    em_scheduler *sched = em_lambda_lr_new(opt, lr_lambda, NULL);
-    em_dataloader *dl = loader(ds, 4, false);
-    em_accelerator *acc = em_accelerator_new(&(em_accelerator_opts){
+    toy_run r = run_of(toy_new(8, 5), 4, false);
+    r.opt = em_sgd_new(r.p, r.n, &(em_sgd_opts){ .lr = 0.1 });
+    r.sched = em_lambda_lr_new(r.opt, lr_lambda, NULL);
+    r.acc = em_accelerator_new(&(em_accelerator_opts){
         .mixed_precision = EM_MP_FP16, .scaler = { .init_scale = 1e38 } });
-    ck_assert_ptr_nonnull(em_accelerator_grad_scaler(acc));
-    ck_assert_int_eq(em_accelerator_prepare(acc, &m->base, opt, dl, sched), EM_OK);
+    ck_assert_ptr_nonnull(em_accelerator_grad_scaler(r.acc));
+    ck_assert_int_eq(em_accelerator_prepare(r.acc, &r.m->base, r.opt, r.dl, r.sched), EM_OK);
     int64_t cnt;
-    float *before = snapshot(m, &cnt);
+    float *before = snapshot(r.m, &cnt);
     em_batch b;
     EM_SCOPE {
-        ck_assert(em_accelerator_next(acc, dl, &b));
+        ck_assert(em_accelerator_next(r.acc, r.dl, &b));
         em_tensor *loss;
-        EM_AUTOCAST(acc) {
+        EM_AUTOCAST(r.acc) {
             ck_assert(em_autocast_enabled());
             ck_assert_int_eq(em_autocast_dtype(), EM_F16);
-            loss = toy_loss(m, b.input_ids, b.labels);
+            loss = toy_loss(r.m, b.input_ids, b.labels);
         }
-        ck_assert_int_eq(em_accelerator_backward(acc, loss), EM_OK);
-        ck_assert_int_eq(em_accelerator_optimizer_step(acc, opt), EM_OK);
-        em_accelerator_scheduler_step(acc, sched);
-        em_accelerator_optimizer_zero_grad(acc, opt);
+        ck_assert_int_eq(em_accelerator_backward(r.acc, loss), EM_OK);
+        ck_assert_int_eq(em_accelerator_optimizer_step(r.acc, r.opt), EM_OK);
+        em_accelerator_scheduler_step(r.acc, r.sched);
+        em_accelerator_optimizer_zero_grad(r.acc, r.opt);
     }
-    ck_assert(em_accelerator_optimizer_step_was_skipped(acc));
-    ck_assert_int_eq(em_accelerator_optimizer_steps(acc), 0);
-    ck_assert_int_eq(em_scheduler_last_epoch(sched), 0);
-    ck_assert_double_eq(em_grad_scaler_get_scale(em_accelerator_grad_scaler(acc)), (double)(float)(1e38 * 0.5));
+    ck_assert(em_accelerator_optimizer_step_was_skipped(r.acc));
+    ck_assert_int_eq(em_accelerator_optimizer_steps(r.acc), 0);
+    ck_assert_int_eq(em_scheduler_last_epoch(r.sched), 0);
+    ck_assert_double_eq(em_grad_scaler_get_scale(em_accelerator_grad_scaler(r.acc)), (double)(float)(1e38 * 0.5));
     int64_t cnt2;
-    float *after = snapshot(m, &cnt2);
+    float *after = snapshot(r.m, &cnt2);
     ck_assert(memcmp(before, after, sizeof(float) * (size_t)cnt) == 0);
     /* with a sane scale the next step happens, and so does the scheduler's */
-    em_grad_scaler_update_to(em_accelerator_grad_scaler(acc), 1024);
+    em_grad_scaler_update_to(em_accelerator_grad_scaler(r.acc), 1024);
     EM_SCOPE {
-        ck_assert(em_accelerator_next(acc, dl, &b));
+        ck_assert(em_accelerator_next(r.acc, r.dl, &b));
         em_tensor *loss;
-        EM_AUTOCAST(acc) { loss = toy_loss(m, b.input_ids, b.labels); }
-        em_accelerator_backward(acc, loss);
-        em_accelerator_optimizer_step(acc, opt);
-        em_accelerator_scheduler_step(acc, sched);
-        em_accelerator_optimizer_zero_grad(acc, opt);
+        EM_AUTOCAST(r.acc) { loss = toy_loss(r.m, b.input_ids, b.labels); }
+        ck_assert_int_eq(toy_run_step(&r, loss, 0), EM_OK);
     }
-    ck_assert(!em_accelerator_optimizer_step_was_skipped(acc));
-    ck_assert_int_eq(em_accelerator_optimizer_steps(acc), 1);
-    ck_assert_int_eq(em_scheduler_last_epoch(sched), 1);
+    ck_assert(!em_accelerator_optimizer_step_was_skipped(r.acc));
+    ck_assert_int_eq(em_accelerator_optimizer_steps(r.acc), 1);
+    ck_assert_int_eq(em_scheduler_last_epoch(r.sched), 1);
     free(before), free(after);
-    em_accelerator_free(acc);
-    em_dataloader_free(dl);
-    em_scheduler_free(sched);
-    em_optimizer_free(opt);
-    free(p);
-    em_module_free(&m->base);
-    em_dataset_free(&ds->base);
+    toy_run_free(&r);
 }
 END_TEST
 
@@ -331,47 +280,38 @@ END_TEST
 START_TEST(test_clip_grad_norm)
 {
     em_set_seed(9);
-    toy_ds *ds = toy_new(8, 2);
-    toy_model *m = toy_model_new(0);
-    int n;
-    em_tensor **p = params_of(m, &n);
-    em_optimizer *opt = em_sgd_new(p, n, NULL);
-    em_dataloader *dl = loader(ds, 2, false);
-    em_accelerator *acc = em_accelerator_new(&(em_accelerator_opts){ .gradient_accumulation_steps = 2 });
-    ck_assert_int_eq(em_accelerator_prepare(acc, &m->base, opt, dl, NULL), EM_OK);
+    toy_run r = run_of(toy_new(8, 2), 2, false);
+    r.opt = em_sgd_new(r.p, r.n, NULL);
+    r.acc = em_accelerator_new(&(em_accelerator_opts){ .gradient_accumulation_steps = 2 });
+    ck_assert_int_eq(em_accelerator_prepare(r.acc, &r.m->base, r.opt, r.dl, NULL), EM_OK);
     int micro = 0;
-    for (em_batch b; em_accelerator_next(acc, dl, &b);) EM_ACCUMULATE(acc, &m->base) {
-        em_accelerator_backward(acc, toy_loss(m, b.input_ids, b.labels));
+    for (em_batch b; em_accelerator_next(r.acc, r.dl, &b);) EM_ACCUMULATE(r.acc, &r.m->base) {
+        em_accelerator_backward(r.acc, toy_loss(r.m, b.input_ids, b.labels));
         double sq = 0;
-        for (int i = 0; i < n; i++) {
-            double *g = tu_to_doubles(em_grad(p[i]));
-            for (int64_t k = 0; k < em_numel(p[i]); k++) sq += g[k] * g[k];
+        for (int i = 0; i < r.n; i++) {
+            double *g = tu_to_doubles(em_grad(r.p[i]));
+            for (int64_t k = 0; k < em_numel(r.p[i]); k++) sq += g[k] * g[k];
             free(g);
         }
-        double norm = em_accelerator_clip_grad_norm(acc, &m->base, 1e-3);
+        double norm = em_accelerator_clip_grad_norm(r.acc, &r.m->base, 1e-3);
         if (micro % 2 == 0) {
             ck_assert(isnan(norm));
         } else {
             ck_assert_double_eq_tol(norm, sqrt(sq), 1e-5 * sqrt(sq));
             double sq2 = 0;
-            for (int i = 0; i < n; i++) {
-                double *g = tu_to_doubles(em_grad(p[i]));
-                for (int64_t k = 0; k < em_numel(p[i]); k++) sq2 += g[k] * g[k];
+            for (int i = 0; i < r.n; i++) {
+                double *g = tu_to_doubles(em_grad(r.p[i]));
+                for (int64_t k = 0; k < em_numel(r.p[i]); k++) sq2 += g[k] * g[k];
                 free(g);
             }
             double want = sqrt(sq) * fmin(1e-3 / (sqrt(sq) + 1e-6), 1.0);
             ck_assert_double_eq_tol(sqrt(sq2), want, 1e-5 * want);
         }
-        em_accelerator_optimizer_zero_grad(acc, opt);
+        em_accelerator_optimizer_zero_grad(r.acc, r.opt);
         micro++;
     }
     ck_assert_int_eq(micro, 4);
-    em_accelerator_free(acc);
-    em_dataloader_free(dl);
-    em_optimizer_free(opt);
-    free(p);
-    em_module_free(&m->base);
-    em_dataset_free(&ds->base);
+    toy_run_free(&r);
 }
 END_TEST
 
@@ -382,30 +322,23 @@ END_TEST
  * the loader continues where it stopped. */
 START_TEST(test_early_break_end_loop)
 {
-    int64_t base = tu_live_bytes();
-    toy_ds *ds = toy_new(12, 3);
-    em_dataloader *dl = loader(ds, 2, false);
-    em_accelerator *acc = em_accelerator_new(NULL);
-    ck_assert_int_eq(em_accelerator_prepare_dataloader(acc, dl), EM_OK);
+    toy_run r = loader_run(toy_new(12, 3), 2);
     int depth = em_scope_depth(), seen = 0;
-    for (em_batch b; em_accelerator_next(acc, dl, &b);) {
+    for (em_batch b; em_accelerator_next(r.acc, r.dl, &b);) {
         if (++seen == 2) {
             ck_assert_int_eq(em_scope_depth(), depth + 1);   /* the batch's scope is open here */
-            em_accelerator_end_loop(acc, dl);
+            em_accelerator_end_loop(r.acc, r.dl);
             break;
         }
     }
     ck_assert_int_eq(em_scope_depth(), depth);
-    em_accelerator_end_loop(acc, dl);   /* nothing open: a no-op */
+    em_accelerator_end_loop(r.acc, r.dl);   /* nothing open: a no-op */
     ck_assert_int_eq(em_scope_depth(), depth);
-    ck_assert_int_eq(em_dataloader_state(dl).batch, 2);
+    ck_assert_int_eq(em_dataloader_state(r.dl).batch, 2);
     int rest = 0;
-    for (em_batch b; em_accelerator_next(acc, dl, &b);) rest++;
+    for (em_batch b; em_accelerator_next(r.acc, r.dl, &b);) rest++;
     ck_assert_int_eq(rest, 4);   /* 6 batches per epoch: it continued from batch 2 */
-    em_accelerator_free(acc);
-    em_dataloader_free(dl);
-    em_dataset_free(&ds->base);
-    ck_assert_int_eq(tu_live_bytes(), base);
+    toy_run_free(&r);
 }
 END_TEST
 
@@ -415,61 +348,50 @@ END_TEST
  * what prepare was given, leak-free. */
 START_TEST(test_max_steps_and_free_all)
 {
-    int64_t base = tu_live_bytes();
-    toy_ds *ds = toy_new(40, 5);   /* 20 batches of 2 */
-    em_accelerator *acc = em_accelerator_new(&(em_accelerator_opts){ .gradient_accumulation_steps = 2, .max_steps = 3 });
-    toy_model *m = toy_model_new(0);
-    int n;
-    em_tensor **p = params_of(m, &n);
-    em_optimizer *opt = em_sgd_new(p, n, &(em_sgd_opts){ .lr = 0.1 });
-    free(p);
-    em_scheduler *sched = em_linear_schedule_with_warmup(opt, 1, 10);
-    em_dataloader *dl = loader(ds, 2, false), *eval = loader(ds, 4, false);
-    ck_assert_int_eq(em_accelerator_prepare(acc, &m->base, opt, dl, sched), EM_OK);
-    ck_assert_int_eq(em_accelerator_prepare_dataloader(acc, eval), EM_OK);
+    toy_run r = run_of(toy_new(40, 5), 2, false);   /* 20 batches of 2 */
+    r.acc = em_accelerator_new(&(em_accelerator_opts){ .gradient_accumulation_steps = 2, .max_steps = 3 });
+    r.opt = em_sgd_new(r.p, r.n, &(em_sgd_opts){ .lr = 0.1 });
+    r.sched = em_linear_schedule_with_warmup(r.opt, 1, 10);
+    em_dataloader *eval = loader(r.ds, 4, false);
+    ck_assert_int_eq(em_accelerator_prepare(r.acc, &r.m->base, r.opt, r.dl, r.sched), EM_OK);
+    ck_assert_int_eq(em_accelerator_prepare_dataloader(r.acc, eval), EM_OK);
     int depth = em_scope_depth(), batches = 0, epochs = 0;
-    for (int epoch = 0; epoch < 5 && !em_accelerator_reached_max_steps(acc); epoch++, epochs++)
-        for (em_batch b; em_accelerator_next(acc, dl, &b);) {
+    for (int epoch = 0; epoch < 5 && !em_accelerator_reached_max_steps(r.acc); epoch++, epochs++)
+        for (em_batch b; em_accelerator_next(r.acc, r.dl, &b);) {
             batches++;
-            EM_ACCUMULATE(acc, &m->base) {
-                em_accelerator_backward(acc, toy_loss(m, b.input_ids, b.labels));
-                em_accelerator_optimizer_step(acc, opt);
-                em_accelerator_scheduler_step(acc, sched);
-                em_accelerator_optimizer_zero_grad(acc, opt);
+            EM_ACCUMULATE(r.acc, &r.m->base) {
+                ck_assert_int_eq(toy_run_step(&r, toy_loss(r.m, b.input_ids, b.labels), 0), EM_OK);
             }
         }
     ck_assert_int_eq(batches, 6);
     ck_assert_int_eq(epochs, 1);
-    ck_assert_int_eq(em_accelerator_optimizer_steps(acc), 3);
-    ck_assert(em_accelerator_reached_max_steps(acc));
+    ck_assert_int_eq(em_accelerator_optimizer_steps(r.acc), 3);
+    ck_assert(em_accelerator_reached_max_steps(r.acc));
     ck_assert_int_eq(em_scope_depth(), depth);
-    for (em_batch b; em_accelerator_next(acc, dl, &b);) ck_abort_msg("a batch past max_steps");
+    for (em_batch b; em_accelerator_next(r.acc, r.dl, &b);) ck_abort_msg("a batch past max_steps");
     ck_assert_int_eq(em_scope_depth(), depth);
     int eval_batches = 0;   /* an evaluation loader (no backward on it) is not stopped */
-    EM_NO_GRAD for (em_batch b; em_accelerator_next(acc, eval, &b);) eval_batches++;
+    EM_NO_GRAD for (em_batch b; em_accelerator_next(r.acc, eval, &b);) eval_batches++;
     ck_assert_int_eq(eval_batches, 10);
     /* early stopping on one process: the trigger is seen once */
-    ck_assert(!em_accelerator_check_trigger(acc));
-    em_accelerator_set_trigger(acc);
-    ck_assert(em_accelerator_check_trigger(acc));
-    ck_assert(!em_accelerator_check_trigger(acc));
-    em_accelerator_free_all(acc);
-    em_dataset_free(&ds->base);
-    ck_assert_int_eq(tu_live_bytes(), base);
+    ck_assert(!em_accelerator_check_trigger(r.acc));
+    em_accelerator_set_trigger(r.acc);
+    ck_assert(em_accelerator_check_trigger(r.acc));
+    ck_assert(!em_accelerator_check_trigger(r.acc));
+    em_accelerator_free_all(r.acc);   /* and the model, optimizer, scheduler and loaders */
+    free(r.p);
+    em_dataset_free(&r.ds->base);
 }
 END_TEST
 
 START_TEST(test_gather_for_metrics_single)
 {
-    toy_ds *ds = toy_new(10, 1);
-    em_dataloader *dl = loader(ds, 4, false);
-    em_accelerator *acc = em_accelerator_new(NULL);
-    ck_assert_int_eq(em_accelerator_prepare_dataloader(acc, dl), EM_OK);
+    toy_run r = loader_run(toy_new(10, 1), 4);
     int64_t total = 0, sum = 0;
-    for (em_batch b; em_accelerator_next(acc, dl, &b);) {
+    for (em_batch b; em_accelerator_next(r.acc, r.dl, &b);) {
         em_tensor *out[2];
         em_tensor *in[2] = { b.labels, em_sum(b.labels, 0, NULL, false) };
-        ck_assert_int_eq(em_accelerator_gather_for_metrics(acc, 2, in, out), EM_OK);
+        ck_assert_int_eq(em_accelerator_gather_for_metrics(r.acc, 2, in, out), EM_OK);
         total += out[0]->shape[0];
         ck_assert_int_eq(out[1]->ndim, 1);
         ck_assert_int_eq(out[1]->shape[0], 1);
@@ -477,56 +399,31 @@ START_TEST(test_gather_for_metrics_single)
     }
     ck_assert_int_eq(total, 10);
     int64_t want = 0;
-    for (int i = 0; i < 10; i++) want += ds->labels[i];
+    for (int i = 0; i < 10; i++) want += r.ds->labels[i];
     ck_assert_int_eq(sum, want);
-    ck_assert(em_accelerator_is_main_process(acc) && em_accelerator_is_local_main_process(acc));
-    ck_assert(em_accelerator_is_last_process(acc));
-    ck_assert_int_eq(em_accelerator_num_processes(acc), 1);
+    ck_assert(em_accelerator_is_main_process(r.acc) && em_accelerator_is_local_main_process(r.acc));
+    ck_assert(em_accelerator_is_last_process(r.acc));
+    ck_assert_int_eq(em_accelerator_num_processes(r.acc), 1);
     int64_t b0, e0;
-    em_accelerator_split_between_processes(acc, 7, &b0, &e0);
+    em_accelerator_split_between_processes(r.acc, 7, &b0, &e0);
     ck_assert(b0 == 0 && e0 == 7);
     EM_SCOPE {
         em_tensor *t = em_arange(0, 5, 1, EM_F32, EM_CPU);
-        em_tensor *r = em_accelerator_reduce(acc, t, EM_RED_SUM);
-        ck_assert_double_eq(em_item(em_sum(r, 0, NULL, false)), 10);
+        em_tensor *red = em_accelerator_reduce(r.acc, t, EM_RED_SUM);
+        ck_assert_double_eq(em_item(em_sum(red, 0, NULL, false)), 10);
     }
     int ran = 0;
-    EM_ON_MAIN_PROCESS(acc) ran++;
-    EM_MAIN_PROCESS_FIRST(acc) { ran++; }
+    EM_ON_MAIN_PROCESS(r.acc) ran++;
+    EM_MAIN_PROCESS_FIRST(r.acc) { ran++; }
     ck_assert_int_eq(ran, 2);
-    em_accelerator_free(acc);
-    em_dataloader_free(dl);
-    em_dataset_free(&ds->base);
+    toy_run_free(&r);
 }
 END_TEST
 
 /* ---- checkpoints -------------------------------------------------------------------------- */
-static char g_tmp[256];
-static void make_tmp(void)
-{
-    snprintf(g_tmp, sizeof g_tmp, "/tmp/ember-test-acc-XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(g_tmp));
-}
-static int rm_rf(const char *path)
-{
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
-    return system(cmd);
-}
 
-/* One training setup, built the same way every time. */
-typedef struct run {
-    toy_ds *ds;
-    toy_model *m;
-    em_tensor **p;
-    int n;
-    em_optimizer *opt;
-    em_scheduler *sched;
-    em_dataloader *dl;
-    em_accelerator *acc;
-} run;
-
-static void run_new(run *r, const em_accelerator_opts *o)
+/* One training setup (toy_model.h), built the same way every time. */
+static void run_new(toy_run *r, const em_accelerator_opts *o)
 {
     em_set_seed(1234);
     r->ds = toy_new(20, 77);
@@ -548,56 +445,25 @@ static void run_new(run *r, const em_accelerator_opts *o)
     ck_assert_int_eq(em_accelerator_prepare(r->acc, &r->m->base, r->opt, r->dl, r->sched), EM_OK);
 }
 
-static void run_free(run *r)
-{
-    em_accelerator_free(r->acc);
-    em_dataloader_free(r->dl);
-    em_scheduler_free(r->sched);
-    em_optimizer_free(r->opt);
-    free(r->p);
-    em_module_free(&r->m->base);
-    em_dataset_free(&r->ds->base);
-}
-
-/* nsteps micro-steps, crossing epochs as needed (plain em_dataloader_next). */
-static void run_train(run *r, int nsteps)
-{
-    for (int done = 0; done < nsteps;) {
-        em_scope_begin();
-        em_batch b;
-        if (em_dataloader_next(r->dl, &b)) {
-            EM_ACCUMULATE(r->acc, &r->m->base) {
-                em_accelerator_backward(r->acc, toy_loss(r->m, b.input_ids, b.labels));
-                if (em_accelerator_sync_gradients(r->acc)) em_accelerator_clip_grad_norm(r->acc, &r->m->base, 1.0);
-                em_accelerator_optimizer_step(r->acc, r->opt);
-                em_accelerator_scheduler_step(r->acc, r->sched);
-                em_accelerator_optimizer_zero_grad(r->acc, r->opt);
-            }
-            done++;
-        }
-        em_scope_end();
-    }
-}
-
 static void check_resume(em_mixed_precision mp, int N)
 {
-    make_tmp();
+    ck_assert_ptr_nonnull(tu_scratch_new("test-acc"));
     char dir[300];
-    snprintf(dir, sizeof dir, "%s/state", g_tmp);
+    snprintf(dir, sizeof dir, "%s/state", tu_scratch());
     em_accelerator_opts o = { .gradient_accumulation_steps = 2, .mixed_precision = mp };
-    run a, b, c;
+    toy_run a, b, c;
     run_new(&a, &o);   /* L = 7 batches per epoch (the last of 2), K = 2 */
-    run_train(&a, 2 * N);
+    ck_assert_int_eq(toy_run_train(&a, 2 * N, false), EM_OK);
     int64_t na;
     float *pa = snapshot(a.m, &na);
 
     run_new(&b, &o);
-    run_train(&b, N);
+    ck_assert_int_eq(toy_run_train(&b, N, false), EM_OK);
     ck_assert(em_accelerator_sync_gradients(b.acc));
     ck_assert_int_eq(em_accelerator_save_state(b.acc, dir), EM_OK);
     em_loader_state saved_pos = em_dataloader_state(b.dl);
     int64_t saved_steps = em_accelerator_optimizer_steps(b.acc);
-    run_free(&b);
+    toy_run_free(&b);
 
     run_new(&c, &o);
     EM_SCOPE { em_rand(EM_SHAPE(100), EM_F32, EM_CPU); }   /* disturb the RNG: load_state must restore it */
@@ -606,7 +472,7 @@ static void check_resume(em_mixed_precision mp, int N)
     ck_assert_int_eq(em_accelerator_optimizer_steps(c.acc), saved_steps);
     em_loader_state pos = em_dataloader_state(c.dl);
     ck_assert(pos.epoch == saved_pos.epoch && pos.batch == saved_pos.batch);
-    run_train(&c, N);
+    ck_assert_int_eq(toy_run_train(&c, N, false), EM_OK);
     int64_t nc;
     float *pc = snapshot(c.m, &nc);
     ck_assert_int_eq(na, nc);
@@ -618,9 +484,9 @@ static void check_resume(em_mixed_precision mp, int N)
     ck_assert_int_eq(em_accelerator_step(a.acc), em_accelerator_step(c.acc));
     ck_assert(em_rng_get_state().offset > 0);
     free(pa), free(pc);
-    run_free(&a);
-    run_free(&c);
-    rm_rf(g_tmp);
+    toy_run_free(&a);
+    toy_run_free(&c);
+    tu_scratch_remove();
 }
 
 START_TEST(test_save_load_bit_identical)
@@ -646,17 +512,17 @@ static bool exists(const char *dir, const char *name)
 
 START_TEST(test_save_state_layout_and_overwrite)
 {
-    make_tmp();
+    ck_assert_ptr_nonnull(tu_scratch_new("test-acc"));
     char dir[300];
-    snprintf(dir, sizeof dir, "%s/ckpt", g_tmp);
-    run r;
+    snprintf(dir, sizeof dir, "%s/ckpt", tu_scratch());
+    toy_run r;
     run_new(&r, &(em_accelerator_opts){ .mixed_precision = EM_MP_FP16 });
-    run_train(&r, 2);
+    ck_assert_int_eq(toy_run_train(&r, 2, false), EM_OK);
     ck_assert_int_eq(em_accelerator_save_state(r.acc, dir), EM_OK);
     const char *files[] = { "model.safetensors", "optimizer.safetensors", "scheduler.safetensors",
                             "scaler.safetensors", "random_states_0.json", "accelerator_state.json" };
     for (int i = 0; i < 6; i++) ck_assert_msg(exists(dir, files[i]), "%s missing", files[i]);
-    ck_assert(!exists(g_tmp, "ckpt.tmp-ember"));
+    ck_assert(!exists(tu_scratch(), "ckpt.tmp-ember"));
     /* the model file holds the unwrapped names */
     em_safetensors *sf;
     char path[400];
@@ -671,11 +537,11 @@ START_TEST(test_save_state_layout_and_overwrite)
     }
     em_safetensors_close(sf);
     /* a second save replaces the first, atomically */
-    run_train(&r, 2);
+    ck_assert_int_eq(toy_run_train(&r, 2, false), EM_OK);
     ck_assert_int_eq(em_accelerator_save_state(r.acc, dir), EM_OK);
-    ck_assert(!exists(g_tmp, "ckpt.tmp-ember"));
-    ck_assert(!exists(g_tmp, "ckpt.old-ember"));
-    run r2;
+    ck_assert(!exists(tu_scratch(), "ckpt.tmp-ember"));
+    ck_assert(!exists(tu_scratch(), "ckpt.old-ember"));
+    toy_run r2;
     run_new(&r2, &(em_accelerator_opts){ .mixed_precision = EM_MP_FP16 });
     ck_assert_int_eq(em_accelerator_load_state(r2.acc, dir), EM_OK);
     ck_assert_int_eq(em_accelerator_step(r2.acc), 4);
@@ -684,10 +550,10 @@ START_TEST(test_save_state_layout_and_overwrite)
     snprintf(stale, sizeof stale, "%s.tmp-ember", dir);
     mkdir(stale, 0777);
     ck_assert_int_eq(em_accelerator_save_state(r.acc, dir), EM_OK);
-    ck_assert(!exists(g_tmp, "ckpt.tmp-ember"));
-    run_free(&r);
-    run_free(&r2);
-    rm_rf(g_tmp);
+    ck_assert(!exists(tu_scratch(), "ckpt.tmp-ember"));
+    toy_run_free(&r);
+    toy_run_free(&r2);
+    tu_scratch_remove();
 }
 END_TEST
 
@@ -695,14 +561,14 @@ END_TEST
  * model shape. The model stays unchanged. */
 START_TEST(test_load_state_mismatch)
 {
-    make_tmp();
+    ck_assert_ptr_nonnull(tu_scratch_new("test-acc"));
     char dir[300], path[400];
-    snprintf(dir, sizeof dir, "%s/ckpt", g_tmp);
-    run r;
+    snprintf(dir, sizeof dir, "%s/ckpt", tu_scratch());
+    toy_run r;
     run_new(&r, NULL);
-    run_train(&r, 2);
+    ck_assert_int_eq(toy_run_train(&r, 2, false), EM_OK);
     ck_assert_int_eq(em_accelerator_save_state(r.acc, dir), EM_OK);
-    ck_assert_int_eq(em_accelerator_load_state(r.acc, g_tmp), EM_ERR_NOT_FOUND);
+    ck_assert_int_eq(em_accelerator_load_state(r.acc, tu_scratch()), EM_ERR_NOT_FOUND);
     ck_assert_ptr_nonnull(strstr(em_last_error(), "accelerator_state.json"));
 
     /* another model shape */
@@ -752,8 +618,8 @@ START_TEST(test_load_state_mismatch)
     em_optimizer_free(opt);
     free(p);
     em_module_free(&m->base);
-    run_free(&r);
-    rm_rf(g_tmp);
+    toy_run_free(&r);
+    tu_scratch_remove();
 }
 END_TEST
 
@@ -783,12 +649,12 @@ static void edit_file(const char *dir, const char *name, const char *from, const
  * the file named; ignore_mismatched_config overrides a changed setting. */
 START_TEST(test_checkpoint_integrity)
 {
-    make_tmp();
+    ck_assert_ptr_nonnull(tu_scratch_new("test-acc"));
     char dir[300], path[400];
-    snprintf(dir, sizeof dir, "%s/ckpt", g_tmp);
-    run r;
+    snprintf(dir, sizeof dir, "%s/ckpt", tu_scratch());
+    toy_run r;
     run_new(&r, &(em_accelerator_opts){ .mixed_precision = EM_MP_NO });
-    run_train(&r, 4);
+    ck_assert_int_eq(toy_run_train(&r, 4, false), EM_OK);
     ck_assert_int_eq(em_accelerator_save_state(r.acc, dir), EM_OK);
     ck_assert(exists(dir, "manifest.json"));
     ck_assert_msg(em_accelerator_load_state(r.acc, dir) == EM_OK, "an intact checkpoint: %s", em_last_error());
@@ -811,15 +677,15 @@ START_TEST(test_checkpoint_integrity)
     ck_assert_int_eq(em_accelerator_load_state(r.acc, dir), EM_OK);
 
     /* another mixed precision, another accumulation: refused, or overridden on request */
-    run o;
+    toy_run o;
     run_new(&o, &(em_accelerator_opts){ .mixed_precision = EM_MP_BF16 });
     ck_assert_int_eq(em_accelerator_load_state(o.acc, dir), EM_ERR_INVALID);
     ck_assert_msg(strstr(em_last_error(), "saved with mixed_precision no, and this run has bf16"), "%s", em_last_error());
-    run_free(&o);
+    toy_run_free(&o);
     run_new(&o, &(em_accelerator_opts){ .mixed_precision = EM_MP_NO, .gradient_accumulation_steps = 2 });
     ck_assert_int_eq(em_accelerator_load_state(o.acc, dir), EM_ERR_INVALID);
     ck_assert_ptr_nonnull(strstr(em_last_error(), "gradient_accumulation_steps 1"));
-    run_free(&o);
+    toy_run_free(&o);
     run_new(&o, &(em_accelerator_opts){ .mixed_precision = EM_MP_BF16, .ignore_mismatched_config = true });
     ck_assert_int_eq(tu_capture_stderr_begin(), 0);
     em_status st = em_accelerator_load_state(o.acc, dir);
@@ -827,7 +693,7 @@ START_TEST(test_checkpoint_integrity)
     ck_assert_int_eq(st, EM_OK);
     ck_assert_msg(strstr(err, "mixed_precision was no when saved and is bf16 now"), "%s", err);
     free(err);
-    run_free(&o);
+    toy_run_free(&o);
 
     /* without a manifest (an older checkpoint), the counters are still checked */
     snprintf(path, sizeof path, "%s/manifest.json", dir);
@@ -857,8 +723,8 @@ START_TEST(test_checkpoint_integrity)
     ck_assert_int_eq(em_accelerator_save_state(r.acc, dir), EM_OK);
     ck_assert_int_eq(em_accelerator_load_state(r.acc, dir), EM_ERR_INVALID);
     ck_assert_msg(strstr(em_last_error(), "holds a non-finite value (element 0)"), "%s", em_last_error());
-    run_free(&r);
-    rm_rf(g_tmp);
+    toy_run_free(&r);
+    tu_scratch_remove();
 }
 END_TEST
 
@@ -867,17 +733,17 @@ END_TEST
  * restores the iteration (Accelerate forgets it), numbers are never reused. */
 START_TEST(test_automatic_naming_total_limit)
 {
-    make_tmp();
-    em_accelerator_opts o = { .project_dir = g_tmp, .automatic_checkpoint_naming = true, .total_limit = 3 };
-    run r;
+    ck_assert_ptr_nonnull(tu_scratch_new("test-acc"));
+    em_accelerator_opts o = { .project_dir = tu_scratch(), .automatic_checkpoint_naming = true, .total_limit = 3 };
+    toy_run r;
     run_new(&r, &o);
     for (int i = 0; i < 12; i++) {
-        run_train(&r, 1);
+        ck_assert_int_eq(toy_run_train(&r, 1, false), EM_OK);
         ck_assert_int_eq(em_accelerator_iteration(r.acc), i);
         ck_assert_int_eq(em_accelerator_save_state(r.acc, NULL), EM_OK);
     }
     char base[300];
-    snprintf(base, sizeof base, "%s/checkpoints", g_tmp);
+    snprintf(base, sizeof base, "%s/checkpoints", tu_scratch());
     int count = 0;
     DIR *d = opendir(base);
     for (struct dirent *e; (e = readdir(d));) count += e->d_name[0] != '.';
@@ -887,7 +753,7 @@ START_TEST(test_automatic_naming_total_limit)
     ck_assert_int_eq(em_accelerator_iteration(r.acc), 12);
 
     /* a fresh run must not silently write checkpoint_0 next to them */
-    run r2;
+    toy_run r2;
     run_new(&r2, &o);
     ck_assert_int_eq(em_accelerator_save_state(r2.acc, NULL), EM_ERR_INVALID);
     ck_assert_ptr_nonnull(strstr(em_last_error(), "checkpoint_11"));
@@ -897,24 +763,24 @@ START_TEST(test_automatic_naming_total_limit)
     ck_assert_int_eq(em_accelerator_step(r2.acc), 12);
     ck_assert_int_eq(em_accelerator_save_state(r2.acc, NULL), EM_OK);
     ck_assert(exists(base, "checkpoint_12") && !exists(base, "checkpoint_9"));
-    run_free(&r2);
+    toy_run_free(&r2);
     /* loading an older one continues after the newest */
-    run r3;
+    toy_run r3;
     run_new(&r3, &o);
     char older[400];
     snprintf(older, sizeof older, "%s/checkpoint_10", base);
     ck_assert_int_eq(em_accelerator_load_state(r3.acc, older), EM_OK);
     ck_assert_int_eq(em_accelerator_step(r3.acc), 11);
     ck_assert_int_eq(em_accelerator_iteration(r3.acc), 13);
-    run_free(&r3);
+    toy_run_free(&r3);
     /* without automatic naming, save_state(NULL) is an error */
-    run r4;
+    toy_run r4;
     run_new(&r4, NULL);
     ck_assert_int_eq(em_accelerator_save_state(r4.acc, NULL), EM_ERR_INVALID);
     ck_assert_int_eq(em_accelerator_load_state(r4.acc, NULL), EM_ERR_INVALID);
-    run_free(&r4);
-    run_free(&r);
-    rm_rf(g_tmp);
+    toy_run_free(&r4);
+    toy_run_free(&r);
+    tu_scratch_remove();
 }
 END_TEST
 
@@ -947,13 +813,13 @@ END_TEST
 /* A training step under the accelerator returns to its starting live bytes. */
 START_TEST(test_no_leak_per_step)
 {
-    run r;
+    toy_run r;
     run_new(&r, &(em_accelerator_opts){ .gradient_accumulation_steps = 2 });
-    run_train(&r, 4);   /* optimizer state allocated */
+    ck_assert_int_eq(toy_run_train(&r, 4, false), EM_OK);   /* optimizer state allocated */
     int64_t live = tu_live_bytes();
-    run_train(&r, 4);
+    ck_assert_int_eq(toy_run_train(&r, 4, false), EM_OK);
     ck_assert_int_eq(tu_live_bytes(), live);
-    run_free(&r);
+    toy_run_free(&r);
 }
 END_TEST
 
@@ -966,37 +832,28 @@ END_TEST
 static double train_toy(const em_accelerator_opts *o, bool acc_backward, bool zero_grad, int epochs, char **err)
 {
     em_set_seed(11);
-    toy_ds *ds = toy_new(32, 7);
-    toy_model *m = toy_model_new(0);
-    int n;
-    em_tensor **p = params_of(m, &n);
-    em_optimizer *opt = em_sgd_new(p, n, &(em_sgd_opts){ .lr = 1.0 });
-    em_dataloader *dl = loader(ds, 8, false);
-    em_accelerator *acc = em_accelerator_new(o);
-    ck_assert_int_eq(em_accelerator_prepare(acc, &m->base, opt, dl, NULL), EM_OK);
+    toy_run r = run_of(toy_new(32, 7), 8, false);
+    r.opt = em_sgd_new(r.p, r.n, &(em_sgd_opts){ .lr = 1.0 });
+    r.acc = em_accelerator_new(o);
+    ck_assert_int_eq(em_accelerator_prepare(r.acc, &r.m->base, r.opt, r.dl, NULL), EM_OK);
     double mean = 0;
     int counted = 0;
     ck_assert_int_eq(tu_capture_stderr_begin(), 0);
     for (int e = 0; e < epochs; e++) {
         bool count = e >= epochs / 2;
-        for (em_batch b; em_accelerator_next(acc, dl, &b);) {
+        for (em_batch b; em_accelerator_next(r.acc, r.dl, &b);) {
             em_tensor *loss;
-            EM_AUTOCAST(acc) { loss = toy_loss(m, b.input_ids, b.labels); }
+            EM_AUTOCAST(r.acc) { loss = toy_loss(r.m, b.input_ids, b.labels); }
             if (count) mean += em_item(loss), counted++;
-            if (acc_backward) ck_assert_int_eq(em_accelerator_backward(acc, loss), EM_OK);
+            if (acc_backward) ck_assert_int_eq(em_accelerator_backward(r.acc, loss), EM_OK);
             else em_backward(loss);
-            ck_assert_int_eq(em_accelerator_optimizer_step(acc, opt), EM_OK);
-            if (zero_grad) em_accelerator_optimizer_zero_grad(acc, opt);
+            ck_assert_int_eq(em_accelerator_optimizer_step(r.acc, r.opt), EM_OK);
+            if (zero_grad) em_accelerator_optimizer_zero_grad(r.acc, r.opt);
         }
     }
     *err = tu_capture_stderr_end();
     ck_assert_ptr_nonnull(*err);
-    em_accelerator_free(acc);
-    em_dataloader_free(dl);
-    em_optimizer_free(opt);
-    free(p);
-    em_module_free(&m->base);
-    em_dataset_free(&ds->base);
+    toy_run_free(&r);
     return mean / counted;
 }
 
@@ -1052,31 +909,25 @@ START_TEST(test_warn_mixed_precision_without_autocast)
 {
     for (int wrapped = 0; wrapped < 2; wrapped++) {
         em_set_seed(3);
-        toy_ds *ds = toy_new(16, 5);
-        toy_model *m = toy_model_new(0);
-        int n;
-        em_tensor **p = params_of(m, &n);
-        em_optimizer *opt = em_sgd_new(p, n, &(em_sgd_opts){ .lr = 0.1 });
-        em_dataloader *dl = loader(ds, 8, false);
-        em_accelerator *acc = em_accelerator_new(&(em_accelerator_opts){ .mixed_precision = EM_MP_BF16 });
-        ck_assert_int_eq(em_accelerator_prepare(acc, &m->base, opt, dl, NULL), EM_OK);
+        toy_run r = run_of(toy_new(16, 5), 8, false);
+        r.opt = em_sgd_new(r.p, r.n, &(em_sgd_opts){ .lr = 0.1 });
+        r.acc = em_accelerator_new(&(em_accelerator_opts){ .mixed_precision = EM_MP_BF16 });
+        ck_assert_int_eq(em_accelerator_prepare(r.acc, &r.m->base, r.opt, r.dl, NULL), EM_OK);
         ck_assert_int_eq(tu_capture_stderr_begin(), 0);
-        for (em_batch b; em_accelerator_next(acc, dl, &b);) {
+        for (em_batch b; em_accelerator_next(r.acc, r.dl, &b);) {
             em_tensor *loss = NULL;
-            if (wrapped) EM_AUTOCAST(acc) { loss = toy_loss(m, b.input_ids, b.labels); }
-            else loss = toy_loss(m, b.input_ids, b.labels);
-            ck_assert_int_eq(em_accelerator_backward(acc, loss), EM_OK);
-            ck_assert_int_eq(em_accelerator_optimizer_step(acc, opt), EM_OK);
-            em_accelerator_optimizer_zero_grad(acc, opt);
+            if (wrapped) EM_AUTOCAST(r.acc) { loss = toy_loss(r.m, b.input_ids, b.labels); }
+            else loss = toy_loss(r.m, b.input_ids, b.labels);
+            ck_assert_int_eq(toy_run_step(&r, loss, 0), EM_OK);
         }
         char *err = tu_capture_stderr_end();
         ck_assert_ptr_nonnull(err);
         ck_assert_int_eq(tu_count_of(err, "no autocast region has run yet"), wrapped ? 0 : 1);
         ck_assert_int_eq(tu_count_of(err, "EM_AUTOCAST(acc)"), wrapped ? 0 : 1);
         free(err);
-        em_accelerator_free_all(acc);   /* and the model, optimizer and loader prepared on it */
-        free(p);
-        em_dataset_free(&ds->base);
+        em_accelerator_free_all(r.acc);   /* and the model, optimizer and loader prepared on it */
+        free(r.p);
+        em_dataset_free(&r.ds->base);
     }
 }
 END_TEST
@@ -1084,24 +935,20 @@ END_TEST
 /* A second prepare of the same objects: one warning per kind, nothing re-registered. */
 START_TEST(test_warn_prepare_twice)
 {
-    toy_ds *ds = toy_new(8, 5);
-    toy_model *m = toy_model_new(0);
-    int n;
-    em_tensor **p = params_of(m, &n);
-    em_optimizer *opt = em_sgd_new(p, n, NULL);
-    em_scheduler *sched = em_lambda_lr_new(opt, lr_lambda, NULL);
-    em_dataloader *dl = loader(ds, 4, false);
-    em_accelerator *acc = em_accelerator_new(NULL);
+    toy_run r = run_of(toy_new(8, 5), 4, false);
+    r.opt = em_sgd_new(r.p, r.n, NULL);
+    r.sched = em_lambda_lr_new(r.opt, lr_lambda, NULL);
+    r.acc = em_accelerator_new(NULL);
     ck_assert_int_eq(tu_capture_stderr_begin(), 0);
-    ck_assert_int_eq(em_accelerator_prepare(acc, &m->base, opt, dl, sched), EM_OK);
+    ck_assert_int_eq(em_accelerator_prepare(r.acc, &r.m->base, r.opt, r.dl, r.sched), EM_OK);
     char *err = tu_capture_stderr_end();
     ck_assert_ptr_nonnull(err);
     ck_assert_int_eq(tu_count_of(err, "ember: warning:"), 0);
     free(err);
     ck_assert_int_eq(tu_capture_stderr_begin(), 0);
     for (int i = 0; i < 3; i++) {
-        ck_assert_int_eq(em_accelerator_prepare_model(acc, &m->base), EM_OK);
-        ck_assert_int_eq(em_accelerator_prepare(acc, &m->base, opt, dl, sched), EM_OK);
+        ck_assert_int_eq(em_accelerator_prepare_model(r.acc, &r.m->base), EM_OK);
+        ck_assert_int_eq(em_accelerator_prepare(r.acc, &r.m->base, r.opt, r.dl, r.sched), EM_OK);
     }
     err = tu_capture_stderr_end();
     ck_assert_ptr_nonnull(err);
@@ -1111,9 +958,9 @@ START_TEST(test_warn_prepare_twice)
     ck_assert_int_eq(tu_count_of(err, "this dataloader was already prepared"), 1);
     ck_assert_int_eq(tu_count_of(err, "this scheduler was already prepared"), 1);
     free(err);
-    em_accelerator_free_all(acc);   /* each object once, though prepared four times */
-    free(p);
-    em_dataset_free(&ds->base);
+    em_accelerator_free_all(r.acc);   /* each object once, though prepared four times */
+    free(r.p);
+    em_dataset_free(&r.ds->base);
 }
 END_TEST
 
@@ -1155,35 +1002,17 @@ END_TEST
 static Suite *make_suite(void)
 {
     Suite *s = suite_create("accelerator");
-    TCase *tc = tcase_create("core");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, test_accumulation_equals_big_batch);
-    tcase_add_test(tc, test_short_last_window);
-    tcase_add_test(tc, test_sync_pattern_and_scheduler_rule);
-    tcase_add_test(tc, test_fp16_skipped_step_skips_scheduler);
-    tcase_add_test(tc, test_bf16_autocast_region);
-    tcase_add_test(tc, test_clip_grad_norm);
-    tcase_add_test(tc, test_gather_for_metrics_single);
-    tcase_add_test(tc, test_early_break_end_loop);
-    tcase_add_test(tc, test_max_steps_and_free_all);
-    tcase_add_test(tc, test_save_load_bit_identical);
-    tcase_add_test(tc, test_save_load_bit_identical_fp16);
-    tcase_add_test(tc, test_save_state_layout_and_overwrite);
-    tcase_add_test(tc, test_load_state_mismatch);
-    tcase_add_test(tc, test_checkpoint_integrity);
-    tcase_add_test(tc, test_automatic_naming_total_limit);
-    tcase_add_test(tc, test_env_precedence);
-    tcase_add_test(tc, test_no_leak_per_step);
-    tcase_add_test(tc, test_warn_direct_backward_fp16);
-    tcase_add_test(tc, test_warn_forgotten_zero_grad_diverges);
-    tcase_add_test(tc, test_warn_prepare_twice);
-    tcase_add_test(tc, test_warn_mixed_precision_without_autocast);
-    suite_add_tcase(s, tc);
-    TCase *tm = tcase_create("misuse");
-    tu_add_misuse_test(tm, test_misuse_unprepared_optimizer);
-    tu_add_misuse_test(tm, test_misuse_nested_accumulate);
-    tu_add_misuse_test(tm, test_misuse_unprepared_loader);
-    suite_add_tcase(s, tm);
+    tu_add_tests(tu_no_leaks(tu_case(s, "core", 120)), test_accumulation_equals_big_batch, test_short_last_window,
+                 test_sync_pattern_and_scheduler_rule, test_fp16_skipped_step_skips_scheduler,
+                 test_bf16_autocast_region, test_clip_grad_norm, test_gather_for_metrics_single,
+                 test_early_break_end_loop, test_max_steps_and_free_all, test_save_load_bit_identical,
+                 test_save_load_bit_identical_fp16, test_save_state_layout_and_overwrite,
+                 test_load_state_mismatch, test_checkpoint_integrity, test_automatic_naming_total_limit,
+                 test_env_precedence, test_no_leak_per_step, test_warn_direct_backward_fp16,
+                 test_warn_forgotten_zero_grad_diverges, test_warn_prepare_twice,
+                 test_warn_mixed_precision_without_autocast);
+    tu_add_misuse_tests(tu_case(s, "misuse", 0), test_misuse_unprepared_optimizer,
+                        test_misuse_nested_accumulate, test_misuse_unprepared_loader);
     return s;
 }
 

@@ -38,34 +38,10 @@
 #include "toy_model.h"
 
 
-/* ---- a toy dataset: 4 ids per sample, label = a 0/1 rule or the index -------- */
-typedef struct toy_ds {
-    em_dataset base;
-    int64_t n;
-    int32_t *ids;
-    int64_t *labels;
-} toy_ds;
-static int64_t toy_len(const em_dataset *d) { return ((const toy_ds *)d)->n; }
-static em_status toy_get(const em_dataset *d, int64_t i, em_sample *out)
-{
-    const toy_ds *t = (const toy_ds *)d;
-    *out = (em_sample){ .ids = t->ids + i * FEAT, .len = FEAT, .label = t->labels[i] };
-    return EM_OK;
-}
-static void toy_free(em_dataset *d)
-{
-    toy_ds *t = (toy_ds *)d;
-    free(t->ids), free(t->labels), free(t);
-}
-static const em_dataset_ops toy_ops = { toy_len, toy_get, toy_free };
-
+/* ---- the toy dataset (toy_model.h): label = a 0/1 rule or the index -------------- */
 static toy_ds *toy_new(int64_t n, bool label_is_index)
 {
-    toy_ds *t = calloc(1, sizeof *t);
-    t->base.ops = &toy_ops;
-    t->n = n;
-    t->ids = malloc(sizeof(int32_t) * (size_t)(n * FEAT + 1));
-    t->labels = malloc(sizeof(int64_t) * (size_t)(n + 1));
+    toy_ds *t = toy_ds_alloc(n);
     uint64_t s = 0x9e3779b97f4a7c15ull;
     for (int64_t i = 0; i < n; i++) {
         int sum = 0;
@@ -159,12 +135,9 @@ static void test_ddp_equals_single(void)
             EM_SCOPE {
                 em_tensor *loss = NULL;
                 for (int64_t k = w0; k < w0 + wl; k++) {
-                    int64_t rows = bs * g_world, from = k * rows;
-                    int64_t *v = malloc(sizeof(int64_t) * (size_t)(rows * FEAT));
-                    for (int64_t i = 0; i < rows * FEAT; i++) v[i] = ds->ids[from * FEAT + i];
-                    em_tensor *ids = em_from_data(v, 2, (int64_t[]){rows, FEAT}, EM_I64);
-                    em_tensor *lab = em_from_data(ds->labels + from, 1, (int64_t[]){rows}, EM_I64);
-                    free(v);
+                    int64_t rows = bs * g_world;
+                    em_tensor *ids, *lab;
+                    toy_rows(ds, k * rows, rows, &ids, &lab);
                     em_tensor *l = toy_loss(ref, ids, lab);
                     loss = loss ? em_add(loss, l) : l;
                 }
@@ -206,18 +179,8 @@ static void test_ddp_equals_single(void)
 }
 
 /* ---- save_state / load_state ----------------------------------------------------------- */
-typedef struct run {
-    toy_ds *ds;
-    toy_model *m;
-    em_tensor **p;
-    int n;
-    em_optimizer *opt;
-    em_scheduler *sched;
-    em_dataloader *dl;
-    em_accelerator *acc;
-} run;
 
-static void run_new(run *r)
+static void run_new(toy_run *r)
 {
     em_set_seed(4321);
     r->ds = toy_new(29, false);
@@ -231,52 +194,20 @@ static void run_new(run *r)
     CHECK_OK(em_accelerator_prepare(r->acc, &r->m->base, r->opt, r->dl, r->sched));
 }
 
-static void run_free(run *r)
-{
-    em_accelerator_free(r->acc);
-    em_dataloader_free(r->dl);
-    em_scheduler_free(r->sched);
-    em_optimizer_free(r->opt);
-    free(r->p);
-    em_module_free(&r->m->base);
-    em_dataset_free(&r->ds->base);
-}
-
-static void run_train(run *r, int nsteps)
-{
-    for (int done = 0; done < nsteps;) {
-        em_scope_begin();
-        em_batch b;
-        if (em_dataloader_next(r->dl, &b)) {
-            EM_ACCUMULATE(r->acc, &r->m->base) {
-                em_tensor *loss;
-                EM_AUTOCAST(r->acc) { loss = toy_loss(r->m, b.input_ids, b.labels); }
-                CHECK_OK(em_accelerator_backward(r->acc, loss));
-                if (em_accelerator_sync_gradients(r->acc)) em_accelerator_clip_grad_norm(r->acc, &r->m->base, 1.0);
-                CHECK_OK(em_accelerator_optimizer_step(r->acc, r->opt));
-                em_accelerator_scheduler_step(r->acc, r->sched);
-                em_accelerator_optimizer_zero_grad(r->acc, r->opt);
-            }
-            done++;
-        }
-        em_scope_end();
-    }
-}
-
 static void test_save_load_resume(const char *dir)
 {
     /* per rank: ceil(29 / (2 * world)) batches per epoch; save after N micro-steps, a sync step */
     int failed = g_failed;
-    run a, b, c;
+    toy_run a, b, c;
     run_new(&a);
     int64_t L = em_dataloader_len(a.dl);
     int N = (int)(L + 2);   /* into the second epoch, at the end of its first window */
-    run_train(&a, 2 * N);
+    CHECK_OK(toy_run_train(&a, 2 * N, true));
     run_new(&b);
-    run_train(&b, N);
+    CHECK_OK(toy_run_train(&b, N, true));
     CHECK(em_accelerator_sync_gradients(b.acc), "saving at a non-sync step");
     CHECK_OK(em_accelerator_save_state(b.acc, dir));
-    run_free(&b);
+    toy_run_free(&b);
     char path[512];
     snprintf(path, sizeof path, "%s/random_states_%d.json", dir, g_rank);
     struct stat sb;
@@ -284,14 +215,14 @@ static void test_save_load_resume(const char *dir)
     run_new(&c);
     EM_SCOPE { em_rand(EM_SHAPE(10 + g_rank), EM_F32, EM_CPU); }
     CHECK_OK(em_accelerator_load_state(c.acc, dir));
-    run_train(&c, N);
+    CHECK_OK(toy_run_train(&c, N, true));
     int64_t na, nc;
     float *pa = snapshot(a.m, &na), *pc = snapshot(c.m, &nc);
     CHECK(na == nc && memcmp(pa, pc, sizeof(float) * (size_t)na) == 0, "the resumed run differs");
     CHECK(em_scheduler_last_epoch(a.sched) == em_scheduler_last_epoch(c.sched), "scheduler %lld vs %lld",
           (long long)em_scheduler_last_epoch(a.sched), (long long)em_scheduler_last_epoch(c.sched));
     free(pa), free(pc);
-    run_free(&a), run_free(&c);
+    toy_run_free(&a), toy_run_free(&c);
     if (g_failed == failed)
         pass("save_state/load_state on %d ranks: %d + save + load + %d micro-steps == %d, bit for bit", g_world, N, N, 2 * N);
 }

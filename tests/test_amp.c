@@ -435,70 +435,33 @@ START_TEST(scaler_warns_clip_before_unscale)
 END_TEST
 
 /* ---- misuse: torch's messages ------------------------------------------------------------------ */
-START_TEST(misuse_unscale_twice)
+/* A default GradScaler in *s and an SGD over one parameter with a gradient. */
+static em_optimizer *scaled_sgd(em_grad_scaler **s)
 {
-    tu_expect_misuse("unscale_() has already been called on this optimizer since the last update().");
     em_tensor *p;
     em_optimizer *opt = one_param(&p, 1.0);
-    em_grad_scaler *s = em_grad_scaler_new(NULL);
-    em_grad_scaler_unscale_(s, opt);
-    em_grad_scaler_unscale_(s, opt);
+    *s = em_grad_scaler_new(NULL);
+    return opt;
 }
-END_TEST
 
-START_TEST(misuse_unscale_after_step)
-{
-    tu_expect_misuse("unscale_() is being called after step().");
-    em_tensor *p;
-    em_optimizer *opt = one_param(&p, 1.0);
-    em_grad_scaler *s = em_grad_scaler_new(NULL);
-    em_grad_scaler_step(s, opt, NULL);
-    em_grad_scaler_unscale_(s, opt);
-}
-END_TEST
-
-START_TEST(misuse_step_twice)
-{
-    tu_expect_misuse("step() has already been called since the last update().");
-    em_tensor *p;
-    em_optimizer *opt = one_param(&p, 1.0);
-    em_grad_scaler *s = em_grad_scaler_new(NULL);
-    em_grad_scaler_step(s, opt, NULL);
-    em_grad_scaler_step(s, opt, NULL);
-}
-END_TEST
-
-START_TEST(misuse_update_without_checks)
-{
-    tu_expect_misuse("No inf checks were recorded prior to update.");
-    em_grad_scaler *s = em_grad_scaler_new(NULL);
-    em_grad_scaler_update(s);
-}
-END_TEST
-
-START_TEST(misuse_step_without_grads)
-{
-    tu_expect_misuse("No inf checks were recorded for this optimizer.");
-    em_tensor *p = em_requires_grad_(em_ones(EM_SHAPE(3), EM_F32, EM_CPU), true);
-    em_optimizer *opt = em_sgd_new(&p, 1, NULL);
-    em_grad_scaler *s = em_grad_scaler_new(NULL);
-    em_grad_scaler_step(s, opt, NULL);
-}
-END_TEST
-
-START_TEST(misuse_growth_factor)
-{
-    tu_expect_misuse("The growth factor must be > 1.0.");
-    em_grad_scaler_new(&(em_grad_scaler_opts){.growth_factor = 0.9});
-}
-END_TEST
-
-START_TEST(misuse_backoff_factor)
-{
-    tu_expect_misuse("The backoff factor must be < 1.0.");
-    em_grad_scaler_new(&(em_grad_scaler_opts){.backoff_factor = 1.5});
-}
-END_TEST
+TU_MISUSE(misuse_unscale_twice, "unscale_() has already been called on this optimizer since the last update().",
+          em_grad_scaler *s; em_optimizer *opt = scaled_sgd(&s); em_grad_scaler_unscale_(s, opt);
+          em_grad_scaler_unscale_(s, opt))
+TU_MISUSE(misuse_unscale_after_step, "unscale_() is being called after step().",
+          em_grad_scaler *s; em_optimizer *opt = scaled_sgd(&s); em_grad_scaler_step(s, opt, NULL);
+          em_grad_scaler_unscale_(s, opt))
+TU_MISUSE(misuse_step_twice, "step() has already been called since the last update().",
+          em_grad_scaler *s; em_optimizer *opt = scaled_sgd(&s); em_grad_scaler_step(s, opt, NULL);
+          em_grad_scaler_step(s, opt, NULL))
+TU_MISUSE(misuse_update_without_checks, "No inf checks were recorded prior to update.",
+          em_grad_scaler_update(em_grad_scaler_new(NULL)))
+TU_MISUSE(misuse_step_without_grads, "No inf checks were recorded for this optimizer.",
+          em_tensor *p = em_requires_grad_(em_ones(EM_SHAPE(3), EM_F32, EM_CPU), true);
+          em_grad_scaler_step(em_grad_scaler_new(NULL), em_sgd_new(&p, 1, NULL), NULL))
+TU_MISUSE(misuse_growth_factor, "The growth factor must be > 1.0.",
+          em_grad_scaler_new(&(em_grad_scaler_opts){.growth_factor = 0.9}))
+TU_MISUSE(misuse_backoff_factor, "The backoff factor must be < 1.0.",
+          em_grad_scaler_new(&(em_grad_scaler_opts){.backoff_factor = 1.5}))
 
 /* ---- a training run with injected inf/NaN gradients ----------------------------------------------- */
 #define MLP_N 32
@@ -833,26 +796,10 @@ START_TEST(cache_bounded_and_freed)
 }
 END_TEST
 
-START_TEST(misuse_autocast_dtype)
-{
-    tu_expect_misuse("em_autocast_begin: dtype must be bfloat16 or float16");
-    em_autocast_begin(EM_F64);
-}
-END_TEST
-
-START_TEST(misuse_autocast_unbalanced)
-{
-    tu_expect_misuse("no autocast region is open");
-    em_autocast_end();
-}
-END_TEST
-
-START_TEST(misuse_matmul_mixed_outside)
-{
-    tu_expect_misuse("em_matmul: operands differ in dtype");
-    em_matmul(em_ones(EM_SHAPE(2, 2), EM_BF16, EM_CPU), em_ones(EM_SHAPE(2, 2), EM_F32, EM_CPU));
-}
-END_TEST
+TU_MISUSE(misuse_autocast_dtype, "em_autocast_begin: dtype must be bfloat16 or float16", em_autocast_begin(EM_F64))
+TU_MISUSE(misuse_autocast_unbalanced, "no autocast region is open", em_autocast_end())
+TU_MISUSE(misuse_matmul_mixed_outside, "em_matmul: operands differ in dtype",
+          em_matmul(em_ones(EM_SHAPE(2, 2), EM_BF16, EM_CPU), em_ones(EM_SHAPE(2, 2), EM_F32, EM_CPU)))
 
 /* ---- bf16 / f16 matmul tolerance ------------------------------------------------------------------ */
 /* |got - ref| <= tol * (|a| |b|)_ij for C = A B, with a, b the f32 inputs
@@ -947,8 +894,7 @@ static void check_gemm_bf16(void)
     free(a), free(b), free(c16), free(c32);
 }
 
-START_TEST(gemm_bf16_contract) { check_gemm_bf16(); }
-END_TEST
+TU_TEST(gemm_bf16_contract, check_gemm_bf16())
 
 /* The same through the f32 route that runs without oneDNN (EMBER_GEMM=openblas,
  * read once per process: this test runs in its own forked process). */
@@ -1040,40 +986,19 @@ END_TEST
 static Suite *make_suite(void)
 {
     Suite *s = suite_create("amp");
-    TCase *tc = tcase_create("scaler");
-    tcase_add_test(tc, scaler_matches_torch);
-    tcase_add_test(tc, scaler_defaults_and_disabled);
-    tcase_add_test(tc, scaler_state_save_load);
-    tcase_add_test(tc, scaler_strided_grads);
-    tcase_add_test(tc, scaler_clip_unscales_first);
-    tcase_add_test(tc, scaler_warns_clip_before_unscale);
-    tcase_add_test(tc, training_skips_injected_steps);
-    tcase_add_test(tc, fp16_training_on_cpu);
-    suite_add_tcase(s, tc);
-    TCase *ta = tcase_create("autocast");
-    tcase_add_test(ta, autocast_policy);
-    tcase_add_test(ta, promotion_gradients);
-    tcase_add_test(ta, weights_cast_once_per_region);
-    tcase_add_test(ta, no_grad_cast_not_reused);
-    tcase_add_test(ta, cache_bounded_and_freed);
-    tcase_add_test(ta, low_precision_matmul_tolerance);
-    tcase_add_test(ta, gemm_bf16_contract);
+    tu_add_tests(tu_case(s, "scaler", 0), scaler_matches_torch, scaler_defaults_and_disabled, scaler_state_save_load,
+                 scaler_strided_grads, scaler_clip_unscales_first, scaler_warns_clip_before_unscale,
+                 training_skips_injected_steps, fp16_training_on_cpu);
+    TCase *ta = tu_case(s, "autocast", 0);
+    tu_add_tests(ta, autocast_policy, promotion_gradients, weights_cast_once_per_region, no_grad_cast_not_reused,
+                 cache_bounded_and_freed, low_precision_matmul_tolerance, gemm_bf16_contract);
     if (!getenv("CK_FORK") || strcmp(getenv("CK_FORK"), "no") != 0)   /* needs a fresh process */
         tcase_add_test(ta, gemm_bf16_contract_without_onednn);
     tcase_add_test(ta, distilbert_bf16_tracks_f32);
-    suite_add_tcase(s, ta);
-    TCase *tm = tcase_create("misuse");
-    tu_add_misuse_test(tm, misuse_unscale_twice);
-    tu_add_misuse_test(tm, misuse_unscale_after_step);
-    tu_add_misuse_test(tm, misuse_step_twice);
-    tu_add_misuse_test(tm, misuse_update_without_checks);
-    tu_add_misuse_test(tm, misuse_step_without_grads);
-    tu_add_misuse_test(tm, misuse_growth_factor);
-    tu_add_misuse_test(tm, misuse_backoff_factor);
-    tu_add_misuse_test(tm, misuse_autocast_dtype);
-    tu_add_misuse_test(tm, misuse_autocast_unbalanced);
-    tu_add_misuse_test(tm, misuse_matmul_mixed_outside);
-    suite_add_tcase(s, tm);
+    tu_add_misuse_tests(tu_case(s, "misuse", 0), misuse_unscale_twice, misuse_unscale_after_step, misuse_step_twice,
+                        misuse_update_without_checks, misuse_step_without_grads, misuse_growth_factor,
+                        misuse_backoff_factor, misuse_autocast_dtype, misuse_autocast_unbalanced,
+                        misuse_matmul_mixed_outside);
     return s;
 }
 

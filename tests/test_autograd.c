@@ -218,23 +218,11 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("autograd");
-    TCase *tc = tcase_create("engine");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, grads_accumulate_into_leaves);
-    tcase_add_test(tc, no_grad_records_nothing);
-    tcase_add_test(tc, long_chain);
-    tcase_add_test(tc, retain_graph_allows_a_second_backward);
-    tcase_add_test(tc, broadcast_gradients_reduce_to_input_shape);
-    tcase_add_test(tc, explicit_gradient_for_non_scalar);
-    tcase_add_test(tc, hooks_fire_in_order);
-    tcase_add_test(tc, hooks_removed);
-    tcase_add_test(tc, training_steps_return_to_baseline);
-    suite_add_tcase(s, tc);
-    TCase *tm = tcase_create("misuse");
-    tu_add_misuse_test(tm, misuse_second_backward);
-    tu_add_misuse_test(tm, misuse_non_scalar);
-    tu_add_misuse_test(tm, misuse_no_grad);
-    tu_add_misuse_test(tm, misuse_inplace_after_save);
-    suite_add_tcase(s, tm);
+    tu_add_tests(tu_case(s, "engine", 120), grads_accumulate_into_leaves, no_grad_records_nothing, long_chain,
+                 retain_graph_allows_a_second_backward, broadcast_gradients_reduce_to_input_shape,
+                 explicit_gradient_for_non_scalar, hooks_fire_in_order, hooks_removed,
+                 training_steps_return_to_baseline);
+    tu_add_misuse_tests(tu_case(s, "misuse", 0), misuse_second_backward, misuse_non_scalar, misuse_no_grad,
+                        misuse_inplace_after_save);
     return tu_run_suite(s);
 }

@@ -124,40 +124,29 @@ static int64_t probe_values(fmt *f, float *out)
 
 /* ---- decoding: all 65,536 patterns ------------------------------------------ */
 
-START_TEST(test_f16_to_f32_all)
+/* Every 16-bit pattern of a format with mant fraction bits and exponent bias
+ * (name, its dtype dt) decoded by dec and by em__load: the reference value with
+ * its sign, or a NaN of the same sign that keeps the payload in the top
+ * fraction bits. */
+static void check_decode_all(const char *name, int mant, int bias, float (*dec)(uint16_t), em_dtype dt)
 {
+    const uint32_t payload = (1u << (mant - 1)) - 1;
     for (uint32_t h = 0; h < 65536; h++) {
-        double want = decode((uint16_t)h, 10, 15);
-        float got = em__f16_to_f32((uint16_t)h);
+        double want = decode((uint16_t)h, mant, bias);
+        float got = dec((uint16_t)h);
         if (isnan(want)) {
             uint32_t u = bits_of_f32(got);
-            CHECK(isnan(got) && (u & 0x400000) && (u >> 31) == (h >> 15), "f16 %04x -> %08x", h, u);
-            /* payload kept in the top fraction bits */
-            CHECK(((u >> 13) & 0x1ff) == (h & 0x1ff), "f16 NaN payload %04x", h);
+            CHECK(isnan(got) && (u & 0x400000) && (u >> 31) == (h >> 15), "%s %04x -> %08x", name, h, u);
+            CHECK(((u >> (23 - mant)) & payload) == (h & payload), "%s NaN payload %04x", name, h);
         } else {
-            CHECK(got == want && !!signbit(got) == !!signbit(want), "f16 %04x -> %a want %a", h, got, want);
-            CHECK(em__load(&(uint16_t){(uint16_t)h}, EM_F16) == want, "em__load f16 %04x", h);
+            CHECK(got == want && !!signbit(got) == !!signbit(want), "%s %04x -> %a want %a", name, h, got, want);
+            CHECK(em__load(&(uint16_t){(uint16_t)h}, dt) == want, "em__load %s %04x", name, h);
         }
     }
 }
-END_TEST
 
-START_TEST(test_bf16_to_f32_all)
-{
-    for (uint32_t h = 0; h < 65536; h++) {
-        double want = decode((uint16_t)h, 7, 127);
-        float got = em__bf16_to_f32((uint16_t)h);
-        if (isnan(want)) {
-            uint32_t u = bits_of_f32(got);
-            CHECK(isnan(got) && (u & 0x400000) && (u >> 31) == (h >> 15), "bf16 %04x -> %08x", h, u);
-            CHECK(((u >> 16) & 0x3f) == (h & 0x3f), "bf16 NaN payload %04x", h);
-        } else {
-            CHECK(got == want && !!signbit(got) == !!signbit(want), "bf16 %04x -> %a want %a", h, got, want);
-            CHECK(em__load(&(uint16_t){(uint16_t)h}, EM_BF16) == want, "em__load bf16 %04x", h);
-        }
-    }
-}
-END_TEST
+TU_TEST(test_f16_to_f32_all, check_decode_all("f16", 10, 15, em__f16_to_f32, EM_F16))
+TU_TEST(test_bf16_to_f32_all, check_decode_all("bf16", 7, 127, em__bf16_to_f32, EM_BF16))
 
 /* ---- rounding f32 -> f16 / bf16 ----------------------------------------------- */
 
@@ -475,18 +464,9 @@ END_TEST
 static Suite *make_suite(void)
 {
     Suite *s = suite_create("convert");
-    TCase *tc = tcase_create("convert");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, test_dtype_meta);
-    tcase_add_test(tc, test_f16_to_f32_all);
-    tcase_add_test(tc, test_bf16_to_f32_all);
-    tcase_add_test(tc, test_f32_to_f16_rounding);
-    tcase_add_test(tc, test_f32_to_bf16_rounding);
-    tcase_add_test(tc, test_f64_direct_rounding);
-    tcase_add_test(tc, test_bulk_matches_scalar);
-    tcase_add_test(tc, test_all_pairs);
-    tcase_add_test(tc, test_int_semantics);
-    suite_add_tcase(s, tc);
+    tu_add_tests(tu_case(s, "convert", 120), test_dtype_meta, test_f16_to_f32_all, test_bf16_to_f32_all,
+                 test_f32_to_f16_rounding, test_f32_to_bf16_rounding, test_f64_direct_rounding,
+                 test_bulk_matches_scalar, test_all_pairs, test_int_semantics);
     return s;
 }
 

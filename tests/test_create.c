@@ -410,29 +410,12 @@ END_TEST
 static Suite *make_suite(void)
 {
     Suite *s = suite_create("create");
-    TCase *tc = tcase_create("ops");
-    tcase_set_timeout(tc, 600);
-    tcase_add_test(tc, zeros_ones_full_scalar);
-    tcase_add_test(tc, shape_overflow_is_an_error);
-    tcase_add_test(tc, arange_values);
-    tcase_add_test(tc, eye_values);
-    tcase_add_test(tc, fill_on_views);
-    tcase_add_test(tc, copy_every_dtype_pair_and_layout);
-    tcase_add_test(tc, copy_rounds);
-    tcase_add_test(tc, copy_from_expanded_and_0d);
-    tcase_add_test(tc, clone_is_independent);
-    tcase_add_test(tc, to_dtype_and_to);
-    tcase_add_test(tc, null_propagates);
-    suite_add_tcase(s, tc);
-    TCase *tm = tcase_create("misuse");
-    tu_add_misuse_test(tm, misuse_copy_shape);
-    tu_add_misuse_test(tm, misuse_copy_into_expanded);
-    tu_add_misuse_test(tm, misuse_fill_expanded);
-    tu_add_misuse_test(tm, misuse_arange_zero_step);
-    tu_add_misuse_test(tm, misuse_arange_wrong_sign);
-    tu_add_misuse_test(tm, misuse_arange_nonfinite);
-    tu_add_misuse_test(tm, misuse_eye_negative);
-    suite_add_tcase(s, tm);
+    tu_add_tests(tu_case(s, "ops", 600), zeros_ones_full_scalar, shape_overflow_is_an_error, arange_values,
+                 eye_values, fill_on_views, copy_every_dtype_pair_and_layout, copy_rounds,
+                 copy_from_expanded_and_0d, clone_is_independent, to_dtype_and_to, null_propagates);
+    tu_add_misuse_tests(tu_case(s, "misuse", 0), misuse_copy_shape, misuse_copy_into_expanded,
+                        misuse_fill_expanded, misuse_arange_zero_step, misuse_arange_wrong_sign,
+                        misuse_arange_nonfinite, misuse_eye_negative);
     return s;
 }
 

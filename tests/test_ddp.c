@@ -468,13 +468,8 @@ static void test_buffers(em_process_group *pg)
 int main(void)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
-    em_process_group *pg = NULL;
-    if (em_pg_init(&(em_pg_opts){.timeout_s = 60}, &pg) != EM_OK) {
-        fprintf(stderr, "em_pg_init: %s\n", em_last_error());
-        return 1;
-    }
-    g_rank = em_pg_rank(pg);
-    g_world = em_pg_world_size(pg);
+    em_process_group *pg = rank_join(60);
+    if (!pg) return 1;
 
     const cfg cases[] = {
         {.name = "SGD, default caps (one bucket)", .model = MODEL_MLP, .steps = 4, .inspect = inspect_one_bucket},
@@ -500,14 +495,7 @@ int main(void)
     test_free_unhooks(pg);
     test_buffers(pg);
 
-    EM_SCOPE {
-        em_tensor *f = em_scalar((double)g_failed, EM_I64, EM_CPU);
-        CHECK(em_pg_all_reduce(pg, f, EM_RED_SUM) == EM_OK, "%s", em_last_error());
-        if (g_rank == 0)
-            printf("%s: %lld failed checks over %d ranks\n", em_item(f) == 0 ? "OK" : "FAILED", (long long)em_item(f),
-                   g_world);
-        if (em_item(f) != 0) g_failed = g_failed ? g_failed : 1;
-    }
+    rank_verdict(pg);
     em_pg_free(pg);
     return g_failed ? 1 : 0;
 }

@@ -182,13 +182,8 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("dense");
-    TCase *tc = tcase_create("dense");
-    tcase_add_test(tc, tensor_dataset_batches_rows_and_labels);
-    tcase_add_test(tc, callback_dataset_with_workers_covers_every_row);
-    tcase_add_test(tc, errors_name_the_row_and_the_samples);
-    suite_add_tcase(s, tc);
-    TCase *tm = tcase_create("misuse");
-    tu_add_misuse_test(tm, misuse_rows_differ);
-    suite_add_tcase(s, tm);
+    tu_add_tests(tu_case(s, "dense", 0), tensor_dataset_batches_rows_and_labels,
+                 callback_dataset_with_workers_covers_every_row, errors_name_the_row_and_the_samples);
+    tu_add_misuse_tests(tu_case(s, "misuse", 0), misuse_rows_differ);
     return tu_run_suite(s);
 }

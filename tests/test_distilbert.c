@@ -6,12 +6,10 @@
 #include "check_util.h"
 
 #include <cjson/cJSON.h>
-#include <ftw.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 /* ---- helpers ------------------------------------------------------------------ */
@@ -20,64 +18,13 @@
 #define ck_status(expr, want) do { em_status s_ = (expr); \
     ck_assert_msg(s_ == (want), "%s -> %s (want %s): %s", #expr, em_status_name(s_), em_status_name(want), em_last_error()); } while (0)
 
-static char tmpdir[256];
-
-static void make_tmpdir(void)
-{
-    const char *root = getenv("TMPDIR");
-    snprintf(tmpdir, sizeof tmpdir, "%s/ember-db-XXXXXX", root && *root ? root : "/tmp");
-    ck_assert_ptr_nonnull(mkdtemp(tmpdir));
-}
-static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb, (void)flag, (void)ftw;
-    return remove(p);
-}
-static void remove_tmpdir(void) { nftw(tmpdir, rm_one, 16, FTW_DEPTH | FTW_PHYS); }
-static const char *tpath(const char *name)
-{
-    static char bufs[4][512];
-    static int k;
-    char *b = bufs[k++ % 4];
-    snprintf(b, 512, "%s/%s", tmpdir, name);
-    return b;
-}
-static void write_text(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "wb");
-    ck_assert_ptr_nonnull(f);
-    fputs(text, f);
-    ck_assert_int_eq(fclose(f), 0);
-}
-static char *read_text(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    ck_assert_ptr_nonnull(f);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)n + 1);
-    ck_assert_uint_eq(fread(b, 1, (size_t)n, f), (size_t)n);
-    b[n] = 0;
-    fclose(f);
-    return b;
-}
+/* from's bytes into to */
 static void copy_file(const char *from, const char *to)
 {
-    char *t = NULL;
-    FILE *f = fopen(from, "rb");
-    ck_assert_ptr_nonnull(f);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    t = malloc((size_t)n);
-    ck_assert_uint_eq(fread(t, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
-    FILE *g = fopen(to, "wb");
-    ck_assert_ptr_nonnull(g);
-    ck_assert_uint_eq(fwrite(t, 1, (size_t)n, g), (size_t)n);
-    fclose(g);
-    free(t);
+    size_t n;
+    char *b = tu_read_file(from, &n);
+    tu_write_file(to, b, n);
+    free(b);
 }
 
 static em_safetensors *golden_file(const char *name)
@@ -113,13 +60,6 @@ static bool same_tensor(em_tensor *a, em_tensor *b)
     return same;
 }
 
-static bool list_has(char **l, int n, const char *s)
-{
-    for (int i = 0; i < n; i++)
-        if (!strcmp(l[i], s)) return true;
-    return false;
-}
-
 /* Gradients: per tensor, max |ember - HF| over max |HF| must stay under 1e-5
  * for every parameter of m against the golden file's "grad.<name>" tensors.
  * An exactly-zero gradient in exact arithmetic (DistilBERT's k_lin.bias:
@@ -149,9 +89,38 @@ static int check_every_gradient(em_module *m, em_safetensors *g)
 
 /* ---- parity with transformers ------------------------------------------------------ */
 
+/* The classifier m (em_seqcls_forward) on the batch of the golden file golden (input_ids,
+ * attention_mask, labels, and token_type_ids when types): logits of the
+ * golden's shape within 1e-5 normwise of HF's "logits" (and of "logits64"
+ * when f64), the loss within 1e-5 of "loss"; then backward, and every
+ * gradient (check_every_gradient). Returns how many gradients were compared. */
+static int check_hf_parity(em_module *m, const char *golden, bool types, bool f64)
+{
+    em_safetensors *g = golden_file(golden);
+    int n_grads = 0;
+    EM_SCOPE {
+        em_seqcls_output out = em_seqcls_forward(
+            m, &(em_seqcls_inputs){.input_ids = em_safetensors_get(g, "input_ids"),
+                                   .attention_mask = em_safetensors_get(g, "attention_mask"),
+                                   .token_type_ids = types ? em_safetensors_get(g, "token_type_ids") : NULL,
+                                   .labels = em_safetensors_get(g, "labels")});
+        em_tensor *want = em_safetensors_get(g, "logits");
+        ck_assert_int_eq(out.logits->ndim, want->ndim);
+        for (int d = 0; d < want->ndim; d++) ck_assert_int_eq(out.logits->shape[d], want->shape[d]);
+        double e_logits = normwise_err(out.logits, want, 0);
+        double e_logits64 = f64 ? normwise_err(out.logits, em_safetensors_get(g, "logits64"), 0) : 0;
+        double e_loss = normwise_err(out.loss, em_safetensors_get(g, "loss"), 0);
+        ck_assert_msg(e_logits < 1e-5 && e_logits64 < 1e-5, "logits: %g vs HF f32, %g vs f64", e_logits, e_logits64);
+        ck_assert_msg(e_loss < 1e-5, "loss: relative error %g", e_loss);
+        em_backward(out.loss);
+        n_grads = check_every_gradient(m, g);
+    }
+    em_safetensors_close(g);
+    return n_grads;
+}
+
 START_TEST(seqcls_logits_loss_and_every_gradient_match_hf)
 {
-    int64_t base = tu_live_bytes();
     em_distilbert_seqcls *m = NULL;
     em_load_report rep;
     ck_status(em_distilbert_seqcls_from_pretrained(tu_fixture_path("distilbert-tiny"),
@@ -166,31 +135,14 @@ START_TEST(seqcls_logits_loss_and_every_gradient_match_hf)
     /* from_pretrained returns the model in eval mode (transformers does too): no call needed */
     ck_assert(!em_module_is_training(&m->base));
     ck_assert(!em_module_is_training(&m->distilbert->base));
-    em_safetensors *g = golden_file("distilbert_tiny_golden.safetensors");
-    int n_grads = 0;
-    EM_SCOPE {
-        em_seqcls_output out = em_distilbert_seqcls_forward(
-            m, &(em_seqcls_inputs){.input_ids = em_safetensors_get(g, "input_ids"),
-                                   .attention_mask = em_safetensors_get(g, "attention_mask"),
-                                   .labels = em_safetensors_get(g, "labels")});
-        ck_assert_int_eq(out.logits->shape[0], 4);
-        ck_assert_int_eq(out.logits->shape[1], 3);
-        double e_logits = normwise_err(out.logits, em_safetensors_get(g, "logits"), 0);
-        double e_logits64 = normwise_err(out.logits, em_safetensors_get(g, "logits64"), 0);
-        double e_loss = normwise_err(out.loss, em_safetensors_get(g, "loss"), 0);
-        ck_assert_msg(e_logits < 1e-5 && e_logits64 < 1e-5, "logits: %g vs HF f32, %g vs f64", e_logits, e_logits64);
-        ck_assert_msg(e_loss < 1e-5, "loss: relative error %g", e_loss);
-        em_backward(out.loss);
-        n_grads = check_every_gradient(&m->base, g);
-        /* the padding row of the word embeddings gets no gradient */
+    /* every parameter of the HF model */
+    ck_assert_int_eq(check_hf_parity(&m->base, "distilbert_tiny_golden.safetensors", false, true), 40);
+    EM_SCOPE {   /* the padding row of the word embeddings gets no gradient */
         em_tensor *gw = em_grad(em_module_get(&m->base, "distilbert.embeddings.word_embeddings.weight"));
         ck_assert_double_eq(em_item(em_max_all(em_abs(em_select(gw, 0, 0)))), 0.0);
     }
-    ck_assert_int_eq(n_grads, 40);   /* every parameter of the HF model */
-    em_safetensors_close(g);
     em_load_report_free(&rep);
     em_module_free(&m->base);
-    ck_assert_int_eq(tu_live_bytes(), base);
 }
 END_TEST
 
@@ -199,7 +151,6 @@ END_TEST
  * parameter (fixture bert-tiny-cls), with the same per-tensor criterion. */
 START_TEST(bert_seqcls_logits_loss_and_every_gradient_match_hf)
 {
-    int64_t base = tu_live_bytes();
     em_bert_seqcls *m = NULL;
     em_load_report rep;
     ck_status(em_bert_seqcls_from_pretrained(tu_fixture_path("bert-tiny-cls"), &(em_pretrained_opts){.strict = true},
@@ -208,25 +159,10 @@ START_TEST(bert_seqcls_logits_loss_and_every_gradient_match_hf)
     ck_assert_int_eq(rep.n_missing + rep.n_unexpected + rep.n_mismatched, 0);
     ck_assert_int_eq(m->config.num_labels, 3);
     ck_assert(!em_module_is_training(&m->base));   /* eval mode straight from from_pretrained */
-    em_safetensors *g = golden_file("bert_tiny_cls_golden.safetensors");
-    int n_grads = 0;
-    EM_SCOPE {
-        em_seqcls_output out = em_bert_seqcls_forward(
-            m, &(em_seqcls_inputs){.input_ids = em_safetensors_get(g, "input_ids"),
-                                   .attention_mask = em_safetensors_get(g, "attention_mask"),
-                                   .token_type_ids = em_safetensors_get(g, "token_type_ids"),
-                                   .labels = em_safetensors_get(g, "labels")});
-        double e_logits = normwise_err(out.logits, em_safetensors_get(g, "logits"), 0);
-        double e_loss = normwise_err(out.loss, em_safetensors_get(g, "loss"), 0);
-        ck_assert_msg(e_logits < 1e-5 && e_loss < 1e-5, "logits %g, loss %g", e_logits, e_loss);
-        em_backward(out.loss);
-        n_grads = check_every_gradient(&m->base, g);
-    }
-    ck_assert_int_eq(n_grads, 41);   /* every parameter of the HF model, the pooler's included */
-    em_safetensors_close(g);
+    /* every parameter of the HF model, the pooler's included */
+    ck_assert_int_eq(check_hf_parity(&m->base, "bert_tiny_cls_golden.safetensors", true, false), 41);
     em_load_report_free(&rep);
     em_module_free(&m->base);
-    ck_assert_int_eq(tu_live_bytes(), base);
 }
 END_TEST
 
@@ -237,7 +173,7 @@ START_TEST(base_model_from_a_classifier_checkpoint_drops_the_prefix)
     ck_status(em_distilbert_model_from_pretrained(tu_fixture_path("distilbert-tiny"), NULL, &m, &rep), EM_OK);
     ck_assert_int_eq(rep.n_missing, 0);
     ck_assert_int_eq(rep.n_unexpected, 4);
-    ck_assert(list_has(rep.unexpected, rep.n_unexpected, "pre_classifier.weight"));
+    ck_assert(tu_in_list(rep.unexpected, rep.n_unexpected, "pre_classifier.weight"));
     ck_assert_int_eq(rep.n_loaded, 36);
     ck_assert_ptr_nonnull(em_module_get(&m->base, "transformer.layer.1.ffn.lin2.bias"));
     em_load_report_free(&rep);
@@ -248,7 +184,6 @@ END_TEST
 /* Half-precision checkpoints load into f32 parameters (rounded values kept exactly). */
 START_TEST(bf16_checkpoint_converts_to_f32)
 {
-    make_tmpdir();
     em_safetensors *st = NULL;
     ck_status(em_safetensors_open(tu_fixture_path("distilbert-tiny/model.safetensors"), &st), EM_OK);
     int n = em_safetensors_count(st);
@@ -259,11 +194,11 @@ START_TEST(bf16_checkpoint_converts_to_f32)
             names[i] = em_safetensors_name(st, i);
             ts[i] = em_to_dtype(em_safetensors_get(st, names[i]), EM_BF16);
         }
-        ck_status(em_safetensors_save(tpath("model.safetensors"), n, names, ts, 0, NULL, NULL), EM_OK);
+        ck_status(em_safetensors_save(tu_scratch_path("model.safetensors"), n, names, ts, 0, NULL, NULL), EM_OK);
     }
-    copy_file(tu_fixture_path("distilbert-tiny/config.json"), tpath("config.json"));
+    copy_file(tu_fixture_path("distilbert-tiny/config.json"), tu_scratch_path("config.json"));
     em_distilbert_seqcls *m = NULL;
-    ck_status(em_distilbert_seqcls_from_pretrained(tmpdir, &(em_pretrained_opts){.strict = true}, &m, NULL), EM_OK);
+    ck_status(em_distilbert_seqcls_from_pretrained(tu_scratch(), &(em_pretrained_opts){.strict = true}, &m, NULL), EM_OK);
     EM_SCOPE {
         em_tensor *w = m->distilbert->layer[0]->ffn->lin1->weight;
         ck_assert_int_eq(w->dtype, EM_F32);
@@ -273,7 +208,6 @@ START_TEST(bf16_checkpoint_converts_to_f32)
     }
     em_safetensors_close(st);
     em_module_free(&m->base);
-    remove_tmpdir();
 }
 END_TEST
 
@@ -318,11 +252,9 @@ static const cJSON *field(const cJSON *j, const char *k)
 
 START_TEST(save_pretrained_round_trip_and_config_fields)
 {
-    int64_t base = tu_live_bytes();
-    make_tmpdir();
     em_distilbert_seqcls *m = NULL, *m2 = NULL;
     ck_status(em_distilbert_seqcls_from_pretrained(tu_fixture_path("distilbert-tiny"), NULL, &m, NULL), EM_OK);
-    const char *dir = tpath("saved");
+    const char *dir = tu_scratch_path("saved");
     ck_status(em_save_pretrained(&m->base, dir), EM_OK);
     /* reload strictly: identical tensors, names and labels */
     ck_status(em_distilbert_seqcls_from_pretrained(dir, &(em_pretrained_opts){.strict = true}, &m2, NULL), EM_OK);
@@ -354,7 +286,7 @@ START_TEST(save_pretrained_round_trip_and_config_fields)
     /* config.json: the fields transformers reads */
     char cp[600];
     snprintf(cp, sizeof cp, "%s/config.json", dir);
-    char *text = read_text(cp);
+    char *text = tu_read_file(cp, NULL);
     cJSON *j = cJSON_Parse(text);
     ck_assert_ptr_nonnull(j);
     ck_assert_str_eq(cJSON_GetArrayItem(field(j, "architectures"), 0)->valuestring, "DistilBertForSequenceClassification");
@@ -378,11 +310,9 @@ START_TEST(save_pretrained_round_trip_and_config_fields)
     cJSON_Delete(j);
     free(text);
     /* no temporary left behind */
-    ck_assert_int_ne(access(tpath("saved/config.json.tmp"), F_OK), 0);
+    ck_assert_int_ne(access(tu_scratch_path("saved/config.json.tmp"), F_OK), 0);
     em_module_free(&m->base);
     em_module_free(&m2->base);
-    remove_tmpdir();
-    ck_assert_int_eq(tu_live_bytes(), base);
 }
 END_TEST
 
@@ -390,9 +320,7 @@ END_TEST
 
 START_TEST(mlm_checkpoint_loads_into_the_classifier_with_a_report)
 {
-    int64_t base = tu_live_bytes();
-    char dir[512];
-    snprintf(dir, sizeof dir, "%s", tu_fixture_path("distilbert-tiny-mlm"));
+    const char *dir = tu_fixture_path("distilbert-tiny-mlm");
     em_distilbert_seqcls *m = NULL;
     em_load_report rep;
     em_set_seed(5);
@@ -401,11 +329,11 @@ START_TEST(mlm_checkpoint_loads_into_the_classifier_with_a_report)
     ck_assert_int_eq(rep.n_loaded, 36);
     ck_assert_int_eq(rep.n_missing, 4);
     const char *head[] = {"pre_classifier.weight", "pre_classifier.bias", "classifier.weight", "classifier.bias"};
-    for (int i = 0; i < 4; i++) ck_assert_msg(list_has(rep.missing, rep.n_missing, head[i]), "%s not reported", head[i]);
+    for (int i = 0; i < 4; i++) ck_assert_msg(tu_in_list(rep.missing, rep.n_missing, head[i]), "%s not reported", head[i]);
     ck_assert_int_eq(rep.n_unexpected, 5);
     const char *extra[] = {"vocab_transform.weight", "vocab_transform.bias", "vocab_layer_norm.weight",
                            "vocab_layer_norm.bias", "vocab_projector.bias"};
-    for (int i = 0; i < 5; i++) ck_assert_msg(list_has(rep.unexpected, rep.n_unexpected, extra[i]), "%s not reported", extra[i]);
+    for (int i = 0; i < 5; i++) ck_assert_msg(tu_in_list(rep.unexpected, rep.n_unexpected, extra[i]), "%s not reported", extra[i]);
     /* the readable report */
     char *buf = NULL;
     size_t len = 0;
@@ -449,7 +377,6 @@ START_TEST(mlm_checkpoint_loads_into_the_classifier_with_a_report)
     ck_assert_ptr_null(m);
     ck_assert_ptr_nonnull(strstr(em_last_error(), "4 missing keys"));
     ck_assert_ptr_nonnull(strstr(em_last_error(), "5 unexpected keys"));
-    ck_assert_int_eq(tu_live_bytes(), base);
 }
 END_TEST
 
@@ -457,9 +384,7 @@ END_TEST
 
 START_TEST(bert_model_matches_hf_and_loads_into_the_classifier)
 {
-    int64_t base = tu_live_bytes();
-    char dir[512];
-    snprintf(dir, sizeof dir, "%s", tu_fixture_path("bert-tiny"));
+    const char *dir = tu_fixture_path("bert-tiny");
     em_bert_model *m = NULL;
     em_load_report rep;
     ck_status(em_bert_model_from_pretrained(dir, &(em_pretrained_opts){.strict = true}, &m, &rep), EM_OK);
@@ -480,18 +405,17 @@ START_TEST(bert_model_matches_hf_and_loads_into_the_classifier)
     ck_status(em_seqcls_from_pretrained(dir, NULL, &cls, &rep), EM_OK);
     ck_assert_str_eq(cls->type, "BertForSequenceClassification");
     ck_assert_int_eq(rep.n_missing, 2);
-    ck_assert(list_has(rep.missing, rep.n_missing, "classifier.weight"));
+    ck_assert(tu_in_list(rep.missing, rep.n_missing, "classifier.weight"));
     ck_assert_int_eq(rep.n_unexpected, 0);
     ck_assert_ptr_nonnull(em_module_get(cls, "bert.encoder.layer.1.attention.self.query.weight"));
     ck_assert_ptr_nonnull(em_module_get(cls, "bert.pooler.dense.bias"));
     em_module_train(cls, false);
     /* save and reload through the auto loader: same logits */
-    make_tmpdir();
     ck_assert_int_eq(em_seqcls_num_labels(cls), 2);
     em_seqcls_set_labels(cls, 2, (const char *const[]){"no", "yes"});
-    ck_status(em_save_pretrained(cls, tpath("bert")), EM_OK);
+    ck_status(em_save_pretrained(cls, tu_scratch_path("bert")), EM_OK);
     em_module *cls2 = NULL;
-    ck_status(em_seqcls_from_pretrained(tpath("bert"), &(em_pretrained_opts){.strict = true}, &cls2, NULL), EM_OK);
+    ck_status(em_seqcls_from_pretrained(tu_scratch_path("bert"), &(em_pretrained_opts){.strict = true}, &cls2, NULL), EM_OK);
     em_module_train(cls2, false);
     EM_SCOPE {
         em_seqcls_inputs in = {em_safetensors_get(g, "input_ids"), em_safetensors_get(g, "attention_mask"),
@@ -501,7 +425,7 @@ START_TEST(bert_model_matches_hf_and_loads_into_the_classifier)
         ck_assert(same_tensor(o1.logits, o2.logits));
         ck_assert(same_tensor(o1.loss, o2.loss));
     }
-    char *text = read_text(tpath("bert/config.json"));
+    char *text = tu_read_file(tu_scratch_path("bert/config.json"), NULL);
     ck_assert_ptr_nonnull(strstr(text, "\"BertForSequenceClassification\""));
     ck_assert_ptr_nonnull(strstr(text, "\"model_type\": \"bert\""));
     ck_assert_ptr_nonnull(strstr(text, "\"type_vocab_size\": 2"));
@@ -512,8 +436,6 @@ START_TEST(bert_model_matches_hf_and_loads_into_the_classifier)
     em_load_report_free(&rep);
     em_module_free(cls);
     em_module_free(cls2);
-    remove_tmpdir();
-    ck_assert_int_eq(tu_live_bytes(), base);
 }
 END_TEST
 
@@ -521,7 +443,6 @@ END_TEST
 
 START_TEST(sharded_index_loads_like_the_single_file)
 {
-    make_tmpdir();
     em_safetensors *st = NULL;
     ck_assert_int_eq(em_safetensors_open(tu_fixture_path("distilbert-tiny/model.safetensors"), &st), EM_OK);
     int n = em_safetensors_count(st);
@@ -535,18 +456,18 @@ START_TEST(sharded_index_loads_like_the_single_file)
             cJSON_AddStringToObject(wm, names[i], i < n / 2 ? "model-00001-of-00002.safetensors"
                                                             : "model-00002-of-00002.safetensors");
         }
-        ck_assert_int_eq(em_safetensors_save(tpath("model-00001-of-00002.safetensors"), n / 2, names, ts, 0, NULL, NULL), EM_OK);
-        ck_assert_int_eq(em_safetensors_save(tpath("model-00002-of-00002.safetensors"), n - n / 2, names + n / 2,
+        ck_assert_int_eq(em_safetensors_save(tu_scratch_path("model-00001-of-00002.safetensors"), n / 2, names, ts, 0, NULL, NULL), EM_OK);
+        ck_assert_int_eq(em_safetensors_save(tu_scratch_path("model-00002-of-00002.safetensors"), n - n / 2, names + n / 2,
                                              ts + n / 2, 0, NULL, NULL), EM_OK);
     }
     em_safetensors_close(st);
     char *text = cJSON_Print(idx);
-    write_text(tpath("model.safetensors.index.json"), text);
+    tu_write_text(tu_scratch_path("model.safetensors.index.json"), text);
     cJSON_free(text);
     cJSON_Delete(idx);
-    copy_file(tu_fixture_path("distilbert-tiny/config.json"), tpath("config.json"));
+    copy_file(tu_fixture_path("distilbert-tiny/config.json"), tu_scratch_path("config.json"));
     em_distilbert_seqcls *a = NULL, *b = NULL;
-    ck_status(em_distilbert_seqcls_from_pretrained(tmpdir, &(em_pretrained_opts){.strict = true}, &a, NULL), EM_OK);
+    ck_status(em_distilbert_seqcls_from_pretrained(tu_scratch(), &(em_pretrained_opts){.strict = true}, &a, NULL), EM_OK);
     ck_status(em_distilbert_seqcls_from_pretrained(tu_fixture_path("distilbert-tiny"), NULL, &b, NULL), EM_OK);
     em_named_tensors pa = em_module_named_parameters(&a->base), pb = em_module_named_parameters(&b->base);
     for (int i = 0; i < pa.n; i++) ck_assert_msg(same_tensor(pa.items[i].tensor, pb.items[i].tensor), "%s", pa.items[i].name);
@@ -555,18 +476,16 @@ START_TEST(sharded_index_loads_like_the_single_file)
     em_module_free(&a->base);
     em_module_free(&b->base);
     /* an index naming a shard that lacks the tensor */
-    write_text(tpath("model.safetensors.index.json"),
+    tu_write_text(tu_scratch_path("model.safetensors.index.json"),
                "{\"weight_map\": {\"classifier.bias\": \"model-00002-of-00002.safetensors\"}}");
-    ck_status(em_distilbert_seqcls_from_pretrained(tmpdir, NULL, &a, NULL), EM_ERR_FORMAT);
+    ck_status(em_distilbert_seqcls_from_pretrained(tu_scratch(), NULL, &a, NULL), EM_ERR_FORMAT);
     ck_assert_ptr_nonnull(strstr(em_last_error(), "classifier.bias"));
-    remove_tmpdir();
 }
 END_TEST
 
 START_TEST(num_labels_override_needs_ignore_mismatched_sizes)
 {
-    char dir[512];
-    snprintf(dir, sizeof dir, "%s", tu_fixture_path("distilbert-tiny"));
+    const char *dir = tu_fixture_path("distilbert-tiny");
     em_distilbert_seqcls *m = NULL;
     em_load_report rep;
     ck_status(em_distilbert_seqcls_from_pretrained(dir, &(em_pretrained_opts){.num_labels = 5}, &m, NULL),
@@ -589,7 +508,7 @@ END_TEST
 static em_status load_tmp(void)
 {
     em_distilbert_seqcls *m = (void *)1;
-    em_status s = em_distilbert_seqcls_from_pretrained(tmpdir, NULL, &m, NULL);
+    em_status s = em_distilbert_seqcls_from_pretrained(tu_scratch(), NULL, &m, NULL);
     ck_assert_ptr_null(m);
     return s;
 }
@@ -598,74 +517,54 @@ static const char tiny_config[] =
     "{\"model_type\": \"distilbert\", \"dim\": %d, \"n_layers\": 2, \"n_heads\": 4, \"hidden_dim\": 256,\n"
     " \"vocab_size\": 1000, \"max_position_embeddings\": 64, \"id2label\": {\"0\": \"a\", \"1\": \"b\", \"2\": \"c\"}}\n";
 
+/* config (NULL: config.json as it is) written into the scratch folder, loading
+ * it must fail with want and a message containing msg. */
+static void expect_refused(const char *config, em_status want, const char *msg)
+{
+    if (config) tu_write_text(tu_scratch_path("config.json"), config);
+    ck_assert_int_eq(load_tmp(), want);
+    ck_assert_msg(strstr(em_last_error(), msg), "\"%s\" lacks \"%s\"", em_last_error(), msg);
+}
+
 START_TEST(bad_folders_return_clear_errors)
 {
-    int64_t base = tu_live_bytes();
-    make_tmpdir();
-    /* no config.json */
-    copy_file(tu_fixture_path("distilbert-tiny/model.safetensors"), tpath("model.safetensors"));
-    ck_assert_int_eq(load_tmp(), EM_ERR_NOT_FOUND);
-    ck_assert_ptr_nonnull(strstr(em_last_error(), "config.json"));
+    copy_file(tu_fixture_path("distilbert-tiny/model.safetensors"), tu_scratch_path("model.safetensors"));
+    expect_refused(NULL, EM_ERR_NOT_FOUND, "config.json");   /* no config.json */
     /* malformed JSON: the file and the position */
-    write_text(tpath("config.json"), "{\n  \"dim\": 64,\n  oops\n}\n");
-    ck_assert_int_eq(load_tmp(), EM_ERR_FORMAT);
-    ck_assert_ptr_nonnull(strstr(em_last_error(), "config.json: malformed JSON at line 3"));
-    write_text(tpath("config.json"), "{\"dim\": 64} trailing");
-    ck_assert_int_eq(load_tmp(), EM_ERR_FORMAT);
-    ck_assert_ptr_nonnull(strstr(em_last_error(), "line 1, column 13"));
-    /* a field of the wrong type */
-    write_text(tpath("config.json"), "{\"model_type\": \"distilbert\", \"dim\": \"wide\"}");
-    ck_assert_int_eq(load_tmp(), EM_ERR_FORMAT);
-    ck_assert_ptr_nonnull(strstr(em_last_error(), "\"dim\""));
-    /* unknown model_type */
-    write_text(tpath("config.json"), "{\"model_type\": \"gpt2\"}");
-    ck_assert_int_eq(load_tmp(), EM_ERR_UNSUPPORTED);
-    ck_assert_ptr_nonnull(strstr(em_last_error(), "unknown model_type \"gpt2\""));
-    /* the wrong family for a typed loader */
-    write_text(tpath("config.json"), "{\"model_type\": \"bert\"}");
-    ck_assert_int_eq(load_tmp(), EM_ERR_INVALID);
-    ck_assert_ptr_nonnull(strstr(em_last_error(), "model_type is \"bert\""));
+    expect_refused("{\n  \"dim\": 64,\n  oops\n}\n", EM_ERR_FORMAT, "config.json: malformed JSON at line 3");
+    expect_refused("{\"dim\": 64} trailing", EM_ERR_FORMAT, "line 1, column 13");
+    /* a field of the wrong type; an unknown model_type; the wrong family for a typed loader */
+    expect_refused("{\"model_type\": \"distilbert\", \"dim\": \"wide\"}", EM_ERR_FORMAT, "\"dim\"");
+    expect_refused("{\"model_type\": \"gpt2\"}", EM_ERR_UNSUPPORTED, "unknown model_type \"gpt2\"");
+    expect_refused("{\"model_type\": \"bert\"}", EM_ERR_INVALID, "model_type is \"bert\"");
     /* a tensor of the wrong shape: named, with both shapes */
     char cfg[512];
     snprintf(cfg, sizeof cfg, tiny_config, 32);
-    write_text(tpath("config.json"), cfg);
-    ck_assert_int_eq(load_tmp(), EM_ERR_INVALID);
-    ck_assert_msg(strstr(em_last_error(), "model.safetensors: tensor \"classifier.weight\" has shape [3,64] but the "
-                                          "model expects [3,32]") != NULL,
-                  "%s", em_last_error());
+    expect_refused(cfg, EM_ERR_INVALID,
+                   "model.safetensors: tensor \"classifier.weight\" has shape [3,64] but the model expects [3,32]");
     ck_assert_ptr_null(strstr(em_last_error(), "num_labels"));   /* no misleading hint */
     /* no weights at all */
     snprintf(cfg, sizeof cfg, tiny_config, 64);
-    write_text(tpath("config.json"), cfg);
-    remove(tpath("model.safetensors"));
-    ck_assert_int_eq(load_tmp(), EM_ERR_NOT_FOUND);
-    ck_assert_ptr_nonnull(strstr(em_last_error(), "no model.safetensors"));
+    remove(tu_scratch_path("model.safetensors"));
+    expect_refused(cfg, EM_ERR_NOT_FOUND, "no model.safetensors");
     /* a corrupt safetensors file */
-    write_text(tpath("model.safetensors"), "not a safetensors file at all");
+    tu_write_text(tu_scratch_path("model.safetensors"), "not a safetensors file at all");
     ck_assert_int_ne(load_tmp(), EM_OK);
     ck_assert_ptr_nonnull(strstr(em_last_error(), "model.safetensors"));
     /* a config too large for the machine: refused before any allocation, naming the file and fields */
-    copy_file(tu_fixture_path("distilbert-tiny/model.safetensors"), tpath("model.safetensors"));
-    write_text(tpath("config.json"), "{\"model_type\": \"distilbert\", \"vocab_size\": 1099511627776, \"dim\": 4194304, \"n_heads\": 16}");
-    ck_assert_int_eq(load_tmp(), EM_ERR_INVALID);
-    ck_assert_msg(strstr(em_last_error(), "config.json: the model this config describes has") &&
-                      strstr(em_last_error(), "vocab_size 1099511627776 x dim 4194304"), "%s", em_last_error());
-    write_text(tpath("config.json"), "{\"model_type\": \"distilbert\", \"n_layers\": 1000000}");
-    ck_assert_int_eq(load_tmp(), EM_ERR_INVALID);
-    ck_assert_msg(strstr(em_last_error(), "n_layers 1000000 x"), "%s", em_last_error());
+    copy_file(tu_fixture_path("distilbert-tiny/model.safetensors"), tu_scratch_path("model.safetensors"));
+    expect_refused("{\"model_type\": \"distilbert\", \"vocab_size\": 1099511627776, \"dim\": 4194304, \"n_heads\": 16}",
+                   EM_ERR_INVALID, "config.json: the model this config describes has");
+    ck_assert_msg(strstr(em_last_error(), "vocab_size 1099511627776 x dim 4194304"), "%s", em_last_error());
+    expect_refused("{\"model_type\": \"distilbert\", \"n_layers\": 1000000}", EM_ERR_INVALID, "n_layers 1000000 x");
     /* EMBER_MAX_MODEL_BYTES sets the limit: the tiny model (~0.4 MB) is refused under 1000 bytes */
-    snprintf(cfg, sizeof cfg, tiny_config, 64);
-    write_text(tpath("config.json"), cfg);
     setenv("EMBER_MAX_MODEL_BYTES", "1000", 1);
-    ck_assert_int_eq(load_tmp(), EM_ERR_INVALID);
-    ck_assert_msg(strstr(em_last_error(), "more than EMBER_MAX_MODEL_BYTES"), "%s", em_last_error());
+    expect_refused(cfg, EM_ERR_INVALID, "more than EMBER_MAX_MODEL_BYTES");
     unsetenv("EMBER_MAX_MODEL_BYTES");
     /* a folder that does not exist */
     em_module *m = NULL;
     ck_status(em_seqcls_from_pretrained("/nonexistent/ember-model", NULL, &m, NULL), EM_ERR_NOT_FOUND);
     ck_assert_ptr_nonnull(strstr(em_last_error(), "/nonexistent/ember-model/config.json"));
-    remove_tmpdir();
-    ck_assert_int_eq(tu_live_bytes(), base);
 }
 END_TEST
 
@@ -683,9 +582,7 @@ END_TEST
 START_TEST(out_of_memory_anywhere_in_loading_and_saving)
 {
     int64_t base = tu_live_bytes();
-    char dir[512];
-    snprintf(dir, sizeof dir, "%s", tu_fixture_path("distilbert-tiny-mlm"));
-    make_tmpdir();
+    const char *dir = tu_fixture_path("distilbert-tiny-mlm");
     int n_ok = 0, n_oom = 0;
     for (int64_t n = 1; n < 100000 && n_ok == 0; n += 1 + n / 64) {
         em_distilbert_seqcls *m = NULL;
@@ -710,36 +607,26 @@ START_TEST(out_of_memory_anywhere_in_loading_and_saving)
     ck_status(em_distilbert_seqcls_from_pretrained(dir, NULL, &m, NULL), EM_OK);
     for (int64_t n = 1; n < 10000; n++) {
         em_alloc_fail_after(n, true);
-        em_status s = em_save_pretrained(&m->base, tpath("oom"));
+        em_status s = em_save_pretrained(&m->base, tu_scratch_path("oom"));
         em_alloc_fail_after(0, false);
         if (s == EM_OK) break;
         ck_assert_msg(s == EM_ERR_OOM, "allocation %lld: %s: %s", (long long)n, em_status_name(s), em_last_error());
     }
     em_module_free(&m->base);
-    remove_tmpdir();
-    ck_assert_int_eq(tu_live_bytes(), base);
 }
 END_TEST
 
 int main(void)
 {
     Suite *s = suite_create("distilbert");
-    TCase *tc = tcase_create("parity");
-    tcase_add_test(tc, seqcls_logits_loss_and_every_gradient_match_hf);
-    tcase_add_test(tc, bert_seqcls_logits_loss_and_every_gradient_match_hf);
-    tcase_add_test(tc, parameter_names_and_count_are_hf_s);
-    tcase_add_test(tc, base_model_from_a_classifier_checkpoint_drops_the_prefix);
-    tcase_add_test(tc, bf16_checkpoint_converts_to_f32);
-    tcase_add_test(tc, mlm_checkpoint_loads_into_the_classifier_with_a_report);
-    tcase_add_test(tc, bert_model_matches_hf_and_loads_into_the_classifier);
-    suite_add_tcase(s, tc);
-    TCase *tk = tcase_create("checkpoints");
-    tcase_add_test(tk, save_pretrained_round_trip_and_config_fields);
-    tcase_add_test(tk, sharded_index_loads_like_the_single_file);
-    tcase_add_test(tk, num_labels_override_needs_ignore_mismatched_sizes);
-    tcase_add_test(tk, bad_folders_return_clear_errors);
-    tcase_add_test(tk, save_into_an_unwritable_place_fails_cleanly);
-    tcase_add_test(tk, out_of_memory_anywhere_in_loading_and_saving);
-    suite_add_tcase(s, tk);
+    tu_add_tests(tu_scratch_per_test(tu_no_leaks(tu_case(s, "parity", 0)), "db"), seqcls_logits_loss_and_every_gradient_match_hf,
+                 bert_seqcls_logits_loss_and_every_gradient_match_hf, parameter_names_and_count_are_hf_s,
+                 base_model_from_a_classifier_checkpoint_drops_the_prefix, bf16_checkpoint_converts_to_f32,
+                 mlm_checkpoint_loads_into_the_classifier_with_a_report,
+                 bert_model_matches_hf_and_loads_into_the_classifier);
+    tu_add_tests(tu_scratch_per_test(tu_no_leaks(tu_case(s, "checkpoints", 0)), "db"), save_pretrained_round_trip_and_config_fields,
+                 sharded_index_loads_like_the_single_file, num_labels_override_needs_ignore_mismatched_sizes,
+                 bad_folders_return_clear_errors, save_into_an_unwritable_place_fails_cleanly,
+                 out_of_memory_anywhere_in_loading_and_saving);
     return tu_run_suite(s);
 }

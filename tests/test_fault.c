@@ -12,38 +12,10 @@
 #include <string.h>
 #include <unistd.h>
 
-static char dir[64];
+/* Each test gets a fresh scratch directory (tu_scratch_per_test); WRITE puts
+ * a literal's bytes in a file there. */
+#define WRITE(name, literal) tu_write_file(tu_scratch_path(name), literal, sizeof literal - 1)
 
-static const char *in_dir(const char *name)
-{
-    static char buf[4][160];
-    static int k;
-    char *b = buf[k++ % 4];
-    snprintf(b, 160, "%s/%s", dir, name);
-    return b;
-}
-
-static void write_text(const char *name, const char *text, size_t n)
-{
-    FILE *f = fopen(in_dir(name), "wb");
-    ck_assert_ptr_nonnull(f);
-    ck_assert_uint_eq(fwrite(text, 1, n, f), n);
-    ck_assert_int_eq(fclose(f), 0);
-}
-#define WRITE(name, literal) write_text(name, literal, sizeof literal - 1)
-
-static void setup(void)
-{
-    snprintf(dir, sizeof dir, "/tmp/ember-fault-XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(dir));
-}
-
-static void teardown(void)
-{
-    char cmd[96];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    ck_assert_int_eq(system(cmd), 0);
-}
 
 #define EXPECT_ERROR(call, status, text) do { \
     em_clear_error(); \
@@ -68,10 +40,10 @@ START_TEST(hole1_size_overflow_is_an_error)
     memset(file, 0, sizeof file);
     for (int i = 0; i < 8; i++) file[i] = (char)((uint64_t)(sizeof hdr - 1) >> (8 * i));
     memcpy(file + 8, hdr, sizeof hdr - 1);
-    write_text("huge.safetensors", file, sizeof file);
+    tu_write_file(tu_scratch_path("huge.safetensors"), file, sizeof file);
     em_safetensors *st = NULL;
     em_clear_error();
-    ck_assert_int_ne(em_safetensors_open(in_dir("huge.safetensors"), &st), EM_OK);
+    ck_assert_int_ne(em_safetensors_open(tu_scratch_path("huge.safetensors"), &st), EM_OK);
     ck_assert_msg(strstr(em_last_error(), "huge.safetensors"), "%s", em_last_error());
 }
 END_TEST
@@ -82,10 +54,10 @@ START_TEST(hole2_config_sizes_are_bounded)
 {
     em_module *m = NULL;
     WRITE("config.json", "{\"model_type\": \"distilbert\", \"dim\": 768, \"hidden_dim\": 20000000, \"n_layers\": 6}");
-    EXPECT_ERROR(em_seqcls_from_pretrained(dir, NULL, &m, NULL), EM_ERR_INVALID, "config.json");
+    EXPECT_ERROR(em_seqcls_from_pretrained(tu_scratch(), NULL, &m, NULL), EM_ERR_INVALID, "config.json");
     ck_assert_msg(strstr(em_last_error(), "hidden_dim 20000000"), "%s", em_last_error());
     WRITE("config.json", "{\"model_type\": \"bert\", \"num_hidden_layers\": 1000000}");
-    EXPECT_ERROR(em_seqcls_from_pretrained(dir, NULL, &m, NULL), EM_ERR_INVALID, "num_hidden_layers 1000000 x");
+    EXPECT_ERROR(em_seqcls_from_pretrained(tu_scratch(), NULL, &m, NULL), EM_ERR_INVALID, "num_hidden_layers 1000000 x");
     ck_assert_ptr_null(m);
 }
 END_TEST
@@ -96,20 +68,20 @@ START_TEST(hole4_damaged_weights_are_refused)
 {
     em_module *m = NULL;
     ck_assert_int_eq(em_seqcls_from_pretrained(tu_fixture_path("distilbert-tiny"), NULL, &m, NULL), EM_OK);
-    ck_assert_int_eq(em_save_pretrained(m, dir), EM_OK);
+    ck_assert_int_eq(em_save_pretrained(m, tu_scratch()), EM_OK);
     em_module_free(m);
     m = NULL;
-    ck_assert_int_eq(em_seqcls_from_pretrained(dir, NULL, &m, NULL), EM_OK);   /* intact: loads */
+    ck_assert_int_eq(em_seqcls_from_pretrained(tu_scratch(), NULL, &m, NULL), EM_OK);   /* intact: loads */
     em_module_free(m);
     m = NULL;
-    FILE *f = fopen(in_dir("model.safetensors"), "r+b");
+    FILE *f = fopen(tu_scratch_path("model.safetensors"), "r+b");
     ck_assert_ptr_nonnull(f);
     ck_assert_int_eq(fseek(f, -100, SEEK_END), 0);
     int c = fgetc(f);
     ck_assert_int_eq(fseek(f, -100, SEEK_END), 0);
     fputc(c ^ 0x01, f);
     fclose(f);
-    EXPECT_ERROR(em_seqcls_from_pretrained(dir, NULL, &m, NULL), EM_ERR_FORMAT, "model.safetensors: the tensor data is damaged");
+    EXPECT_ERROR(em_seqcls_from_pretrained(tu_scratch(), NULL, &m, NULL), EM_ERR_FORMAT, "model.safetensors: the tensor data is damaged");
     ck_assert_ptr_null(m);
 }
 END_TEST
@@ -119,10 +91,10 @@ START_TEST(hole5_bad_data_is_refused_with_its_place)
 {
     em_table *t = NULL;
     WRITE("dup.tsv", "sentence\tlabel\tlabel\nfine\t1\t0\n");
-    EXPECT_ERROR(em_table_read_tsv(in_dir("dup.tsv"), NULL, &t), EM_ERR_FORMAT, "dup.tsv:1");
+    EXPECT_ERROR(em_table_read_tsv(tu_scratch_path("dup.tsv"), NULL, &t), EM_ERR_FORMAT, "dup.tsv:1");
     ck_assert_msg(strstr(em_last_error(), "label"), "%s", em_last_error());
     WRITE("nul.jsonl", "{\"sentence\": \"a\\u0000b\", \"label\": 1}\n");
-    EXPECT_ERROR(em_table_read_jsonl(in_dir("nul.jsonl"), NULL, 0, &t), EM_ERR_FORMAT, "nul.jsonl:1");
+    EXPECT_ERROR(em_table_read_jsonl(tu_scratch_path("nul.jsonl"), NULL, 0, &t), EM_ERR_FORMAT, "nul.jsonl:1");
     ck_assert_ptr_null(t);
 }
 END_TEST
@@ -141,13 +113,9 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("fault");
-    TCase *tc = tcase_create("holes");
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_add_test(tc, hole1_size_overflow_is_an_error);
-    tcase_add_test(tc, hole2_config_sizes_are_bounded);
-    tcase_add_test(tc, hole4_damaged_weights_are_refused);
-    tcase_add_test(tc, hole5_bad_data_is_refused_with_its_place);
+    TCase *tc = tu_scratch_per_test(tu_case(s, "holes", 0), "fault");
+    tu_add_tests(tc, hole1_size_overflow_is_an_error, hole2_config_sizes_are_bounded, hole4_damaged_weights_are_refused,
+                 hole5_bad_data_is_refused_with_its_place);
     tu_add_misuse_test(tc, hole6_use_after_release_is_named);
-    suite_add_tcase(s, tc);
     return tu_run_suite(s);
 }

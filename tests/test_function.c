@@ -265,17 +265,10 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("function");
-    TCase *tc = tcase_create("function");
-    tcase_add_test(tc, silu_matches_composed_ops_and_passes_gradcheck);
-    tcase_add_test(tc, scalars_and_needs_input_grad);
-    tcase_add_test(tc, non_differentiable_output);
-    tcase_add_test(tc, autocast_and_post_accumulate_hooks);
-    tcase_add_test(tc, saved_tensors_are_freed);
-    suite_add_tcase(s, tc);
-    TCase *tm = tcase_create("misuse");
-    tu_add_misuse_test(tm, misuse_wrong_gradient_shape);
-    tu_add_misuse_test(tm, misuse_output_is_input);
-    tu_add_misuse_test(tm, misuse_inplace_after_save);
-    suite_add_tcase(s, tm);
+    tu_add_tests(tu_case(s, "function", 0), silu_matches_composed_ops_and_passes_gradcheck,
+                 scalars_and_needs_input_grad, non_differentiable_output, autocast_and_post_accumulate_hooks,
+                 saved_tensors_are_freed);
+    tu_add_misuse_tests(tu_case(s, "misuse", 0), misuse_wrong_gradient_shape, misuse_output_is_input,
+                        misuse_inplace_after_save);
     return tu_run_suite(s);
 }

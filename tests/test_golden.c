@@ -138,13 +138,8 @@ END_TEST
 static Suite *make_suite(void)
 {
     Suite *s = suite_create("golden");
-    TCase *tc = tcase_create("pytorch");
-    tcase_add_test(tc, test_matmul);
-    tcase_add_test(tc, test_softmax);
-    tcase_add_test(tc, test_layer_norm);
-    tcase_add_test(tc, test_gelu);
-    tcase_add_test(tc, test_cross_entropy);
-    suite_add_tcase(s, tc);
+    tu_add_tests(tu_case(s, "pytorch", 0), test_matmul, test_softmax, test_layer_norm, test_gelu,
+                 test_cross_entropy);
     return s;
 }
 

@@ -180,29 +180,35 @@ START_TEST(test_stack_every_dim)
 }
 END_TEST
 
-/* index_select of x (any view) along dim with index (any 1-d view). */
-static void check_index_select(em_tensor *x, int dim, em_tensor *index)
+/* out against x gathered along dim: each position p of out takes x at p with
+ * dim replaced by the index at p[dim] (select: index_select's 1-d index) or
+ * at p (gather: the index has out's shape). Same dtype, exact values. */
+static void check_gathered(em_tensor *out, em_tensor *x, int dim, em_tensor *index, bool select)
 {
     int nd = x->ndim, d = dim < 0 ? dim + nd : dim;
-    em_tensor *out = em_index_select(x, dim, index);
-    int64_t shape[EM_MAX_DIMS];
-    memcpy(shape, x->shape, sizeof(int64_t) * (size_t)nd);
-    shape[d] = em_numel(index);
-    assert_shape(out, nd, shape);
     ck_assert_int_eq(out->dtype, x->dtype);
     double *xv = tu_to_doubles(x), *iv = tu_to_doubles(index);
     int64_t n = em_numel(out);
     double *want = malloc(sizeof(double) * (size_t)(n + 1));
     for (int64_t e = 0; e < n; e++) {
         int64_t pos[EM_MAX_DIMS];
-        unravel(e, nd, shape, pos);
-        pos[d] = (int64_t)iv[pos[d]];
+        unravel(e, nd, out->shape, pos);
+        pos[d] = (int64_t)iv[select ? pos[d] : e];
         want[e] = xv[ravel(pos, nd, x->shape)];
     }
     assert_values(out, want, n);
-    free(xv);
-    free(iv);
-    free(want);
+    free(xv), free(iv), free(want);
+}
+
+/* index_select of x (any view) along dim with index (any 1-d view). */
+static void check_index_select(em_tensor *x, int dim, em_tensor *index)
+{
+    em_tensor *out = em_index_select(x, dim, index);
+    int64_t shape[EM_MAX_DIMS];
+    memcpy(shape, x->shape, sizeof(int64_t) * (size_t)x->ndim);
+    shape[dim < 0 ? dim + x->ndim : dim] = em_numel(index);
+    assert_shape(out, x->ndim, shape);
+    check_gathered(out, x, dim, index, true);
 }
 
 START_TEST(test_index_select)
@@ -244,23 +250,9 @@ END_TEST
 /* gather / scatter_add references over the index's positions. */
 static void check_gather(em_tensor *x, int dim, em_tensor *index)
 {
-    int nd = x->ndim, d = dim < 0 ? dim + nd : dim;
     em_tensor *out = em_gather(x, dim, index);
-    assert_shape(out, nd, index->shape);
-    ck_assert_int_eq(out->dtype, x->dtype);
-    double *xv = tu_to_doubles(x), *iv = tu_to_doubles(index);
-    int64_t n = em_numel(index);
-    double *want = malloc(sizeof(double) * (size_t)(n + 1));
-    for (int64_t e = 0; e < n; e++) {
-        int64_t pos[EM_MAX_DIMS];
-        unravel(e, nd, index->shape, pos);
-        pos[d] = (int64_t)iv[e];
-        want[e] = xv[ravel(pos, nd, x->shape)];
-    }
-    assert_values(out, want, n);
-    free(xv);
-    free(iv);
-    free(want);
+    assert_shape(out, x->ndim, index->shape);
+    check_gathered(out, x, dim, index, false);
 }
 
 static void check_scatter_add(em_tensor *self, int dim, em_tensor *index, em_tensor *src, double rtol)
@@ -413,175 +405,56 @@ END_TEST
 
 /* ---- misuse ------------------------------------------------------------------ */
 
-START_TEST(misuse_cat_shape_mismatch)
-{
-    tu_expect_misuse("sizes must match except in dim 0");
-    em_tensor *ts[2] = {em_zeros(EM_SHAPE(2, 3), EM_F32, EM_CPU), em_zeros(EM_SHAPE(2, 4), EM_F32, EM_CPU)};
-    em_cat(2, ts, 0);
-}
-END_TEST
+static em_tensor *zeros(int ndim, const int64_t *shape, em_dtype dt) { return em_zeros(ndim, shape, dt, EM_CPU); }
+#define Z(dt, ...) zeros(EM_SHAPE(__VA_ARGS__), EM_##dt)
 
-START_TEST(misuse_cat_ndim_mismatch)
-{
-    tu_expect_misuse("same number of dims");
-    em_tensor *ts[2] = {em_zeros(EM_SHAPE(2, 3), EM_F32, EM_CPU), em_zeros(EM_SHAPE(2, 3, 1), EM_F32, EM_CPU)};
-    em_cat(2, ts, 0);
-}
-END_TEST
-
-START_TEST(misuse_cat_dtype_mismatch)
-{
-    tu_expect_misuse("share a dtype");
-    em_tensor *ts[2] = {em_zeros(EM_SHAPE(2, 3), EM_F32, EM_CPU), em_zeros(EM_SHAPE(2, 3), EM_F64, EM_CPU)};
-    em_cat(2, ts, 0);
-}
-END_TEST
-
-START_TEST(misuse_cat_bad_dim)
-{
-    tu_expect_misuse("dim 2 is out of range");
-    em_tensor *ts[1] = {em_zeros(EM_SHAPE(2, 3), EM_F32, EM_CPU)};
-    em_cat(1, ts, 2);
-}
-END_TEST
-
-START_TEST(misuse_cat_no_tensors)
-{
-    tu_expect_misuse("needs at least one tensor");
-    em_cat(0, NULL, 0);
-}
-END_TEST
-
-START_TEST(misuse_stack_unequal)
-{
-    tu_expect_misuse("equal shapes");
-    em_tensor *ts[2] = {em_zeros(EM_SHAPE(2, 3), EM_F32, EM_CPU), em_zeros(EM_SHAPE(3, 2), EM_F32, EM_CPU)};
-    em_stack(2, ts, 0);
-}
-END_TEST
-
-START_TEST(misuse_stack_bad_dim)
-{
-    tu_expect_misuse("dim -4 is out of range");
-    em_tensor *ts[1] = {em_zeros(EM_SHAPE(2, 3), EM_F32, EM_CPU)};
-    em_stack(1, ts, -4);
-}
-END_TEST
-
-START_TEST(misuse_index_select_out_of_range)
-{
-    tu_expect_misuse("index 5 is out of range for dim 1 of size 5");
-    em_tensor *x = em_zeros(EM_SHAPE(2, 5), EM_F32, EM_CPU);
-    em_tensor *i = em_from_data((int64_t[]){0, 4, 5, 1}, 1, (int64_t[]){4}, EM_I64);
-    em_index_select(x, 1, i);
-}
-END_TEST
-
-START_TEST(misuse_index_select_negative)
-{
-    tu_expect_misuse("index -1 is out of range for dim 0 of size 2");
-    em_tensor *x = em_zeros(EM_SHAPE(2, 5), EM_F32, EM_CPU);
-    em_tensor *i = em_from_data((int32_t[]){1, -1}, 1, (int64_t[]){2}, EM_I32);
-    em_index_select(x, 0, i);
-}
-END_TEST
-
-START_TEST(misuse_index_select_float_index)
-{
-    tu_expect_misuse("index must be i64 or i32");
-    em_tensor *x = em_zeros(EM_SHAPE(2, 5), EM_F32, EM_CPU);
-    em_index_select(x, 0, em_zeros(EM_SHAPE(2), EM_F32, EM_CPU));
-}
-END_TEST
-
-START_TEST(misuse_index_select_2d_index)
-{
-    tu_expect_misuse("index must be 1-d");
-    em_tensor *x = em_zeros(EM_SHAPE(2, 5), EM_F32, EM_CPU);
-    em_index_select(x, 0, em_zeros(EM_SHAPE(2, 1), EM_I64, EM_CPU));
-}
-END_TEST
-
-START_TEST(misuse_gather_out_of_range)
-{
-    tu_expect_misuse("index 3 is out of range for dim 0 of size 3");
-    em_tensor *x = em_zeros(EM_SHAPE(3, 2), EM_F32, EM_CPU);
-    em_tensor *i = em_from_data((int64_t[]){0, 3}, 2, (int64_t[]){1, 2}, EM_I64);
-    em_gather(x, 0, i);
-}
-END_TEST
-
-START_TEST(misuse_gather_ndim)
-{
-    tu_expect_misuse("as many dims as the input");
-    em_tensor *x = em_zeros(EM_SHAPE(3, 2), EM_F32, EM_CPU);
-    em_gather(x, 0, em_zeros(EM_SHAPE(3), EM_I64, EM_CPU));
-}
-END_TEST
-
-START_TEST(misuse_gather_index_too_big)
-{
-    tu_expect_misuse("larger than input");
-    em_tensor *x = em_zeros(EM_SHAPE(3, 2), EM_F32, EM_CPU);
-    em_gather(x, 0, em_zeros(EM_SHAPE(1, 3), EM_I64, EM_CPU));
-}
-END_TEST
-
-START_TEST(misuse_scatter_add_out_of_range)
-{
-    tu_expect_misuse("index 4 is out of range for dim 1 of size 4");
-    em_tensor *x = em_zeros(EM_SHAPE(2, 4), EM_F32, EM_CPU);
-    em_tensor *i = em_from_data((int64_t[]){4}, 2, (int64_t[]){1, 1}, EM_I64);
-    em_scatter_add(x, 1, i, em_zeros(EM_SHAPE(1, 1), EM_F32, EM_CPU));
-}
-END_TEST
-
-START_TEST(misuse_scatter_add_src_too_small)
-{
-    tu_expect_misuse("larger than src");
-    em_tensor *x = em_zeros(EM_SHAPE(2, 4), EM_F32, EM_CPU);
-    em_scatter_add(x, 0, em_zeros(EM_SHAPE(2, 2), EM_I64, EM_CPU), em_zeros(EM_SHAPE(1, 2), EM_F32, EM_CPU));
-}
-END_TEST
-
-START_TEST(misuse_scatter_add_dtype)
-{
-    tu_expect_misuse("src must have the input's dtype");
-    em_tensor *x = em_zeros(EM_SHAPE(2, 4), EM_F32, EM_CPU);
-    em_scatter_add(x, 0, em_zeros(EM_SHAPE(1, 1), EM_I64, EM_CPU), em_zeros(EM_SHAPE(1, 1), EM_F64, EM_CPU));
-}
-END_TEST
+TU_MISUSE(misuse_cat_shape_mismatch, "sizes must match except in dim 0",
+          em_tensor *ts[2] = {Z(F32, 2, 3), Z(F32, 2, 4)}; em_cat(2, ts, 0);)
+TU_MISUSE(misuse_cat_ndim_mismatch, "same number of dims",
+          em_tensor *ts[2] = {Z(F32, 2, 3), Z(F32, 2, 3, 1)}; em_cat(2, ts, 0);)
+TU_MISUSE(misuse_cat_dtype_mismatch, "share a dtype",
+          em_tensor *ts[2] = {Z(F32, 2, 3), Z(F64, 2, 3)}; em_cat(2, ts, 0);)
+TU_MISUSE(misuse_cat_bad_dim, "dim 2 is out of range", em_tensor *ts[1] = {Z(F32, 2, 3)}; em_cat(1, ts, 2);)
+TU_MISUSE(misuse_cat_no_tensors, "needs at least one tensor", em_cat(0, NULL, 0);)
+TU_MISUSE(misuse_stack_unequal, "equal shapes", em_tensor *ts[2] = {Z(F32, 2, 3), Z(F32, 3, 2)}; em_stack(2, ts, 0);)
+TU_MISUSE(misuse_stack_bad_dim, "dim -4 is out of range", em_tensor *ts[1] = {Z(F32, 2, 3)}; em_stack(1, ts, -4);)
+TU_MISUSE(misuse_index_select_out_of_range, "index 5 is out of range for dim 1 of size 5",
+          em_tensor *x = Z(F32, 2, 5);
+          em_tensor *i = em_from_data((int64_t[]){0, 4, 5, 1}, 1, (int64_t[]){4}, EM_I64);
+          em_index_select(x, 1, i);)
+TU_MISUSE(misuse_index_select_negative, "index -1 is out of range for dim 0 of size 2",
+          em_tensor *x = Z(F32, 2, 5); em_tensor *i = em_from_data((int32_t[]){1, -1}, 1, (int64_t[]){2}, EM_I32);
+          em_index_select(x, 0, i);)
+TU_MISUSE(misuse_index_select_float_index, "index must be i64 or i32",
+          em_tensor *x = Z(F32, 2, 5); em_index_select(x, 0, Z(F32, 2));)
+TU_MISUSE(misuse_index_select_2d_index, "index must be 1-d",
+          em_tensor *x = Z(F32, 2, 5); em_index_select(x, 0, Z(I64, 2, 1));)
+TU_MISUSE(misuse_gather_out_of_range, "index 3 is out of range for dim 0 of size 3",
+          em_tensor *x = Z(F32, 3, 2);
+          em_tensor *i = em_from_data((int64_t[]){0, 3}, 2, (int64_t[]){1, 2}, EM_I64); em_gather(x, 0, i);)
+TU_MISUSE(misuse_gather_ndim, "as many dims as the input", em_tensor *x = Z(F32, 3, 2); em_gather(x, 0, Z(I64, 3));)
+TU_MISUSE(misuse_gather_index_too_big, "larger than input",
+          em_tensor *x = Z(F32, 3, 2); em_gather(x, 0, Z(I64, 1, 3));)
+TU_MISUSE(misuse_scatter_add_out_of_range, "index 4 is out of range for dim 1 of size 4",
+          em_tensor *x = Z(F32, 2, 4); em_tensor *i = em_from_data((int64_t[]){4}, 2, (int64_t[]){1, 1}, EM_I64);
+          em_scatter_add(x, 1, i, Z(F32, 1, 1));)
+TU_MISUSE(misuse_scatter_add_src_too_small, "larger than src",
+          em_tensor *x = Z(F32, 2, 4); em_scatter_add(x, 0, Z(I64, 2, 2), Z(F32, 1, 2));)
+TU_MISUSE(misuse_scatter_add_dtype, "src must have the input's dtype",
+          em_tensor *x = Z(F32, 2, 4); em_scatter_add(x, 0, Z(I64, 1, 1), Z(F64, 1, 1));)
 
 static Suite *make_suite(void)
 {
     Suite *s = suite_create("index");
-    TCase *tc = tcase_create("forward");
-    tcase_add_test(tc, test_cat_every_dim_and_dtype);
-    tcase_add_test(tc, test_cat_empty_inputs);
-    tcase_add_test(tc, test_stack_every_dim);
-    tcase_add_test(tc, test_index_select);
-    tcase_add_test(tc, test_gather);
-    tcase_add_test(tc, test_scatter_add);
-    suite_add_tcase(s, tc);
-    TCase *tm = tcase_create("misuse");
-    tu_add_misuse_test(tm, misuse_cat_shape_mismatch);
-    tu_add_misuse_test(tm, misuse_cat_ndim_mismatch);
-    tu_add_misuse_test(tm, misuse_cat_dtype_mismatch);
-    tu_add_misuse_test(tm, misuse_cat_bad_dim);
-    tu_add_misuse_test(tm, misuse_cat_no_tensors);
-    tu_add_misuse_test(tm, misuse_stack_unequal);
-    tu_add_misuse_test(tm, misuse_stack_bad_dim);
-    tu_add_misuse_test(tm, misuse_index_select_out_of_range);
-    tu_add_misuse_test(tm, misuse_index_select_negative);
-    tu_add_misuse_test(tm, misuse_index_select_float_index);
-    tu_add_misuse_test(tm, misuse_index_select_2d_index);
-    tu_add_misuse_test(tm, misuse_gather_out_of_range);
-    tu_add_misuse_test(tm, misuse_gather_ndim);
-    tu_add_misuse_test(tm, misuse_gather_index_too_big);
-    tu_add_misuse_test(tm, misuse_scatter_add_out_of_range);
-    tu_add_misuse_test(tm, misuse_scatter_add_src_too_small);
-    tu_add_misuse_test(tm, misuse_scatter_add_dtype);
-    suite_add_tcase(s, tm);
+    tu_add_tests(tu_case(s, "forward", 0), test_cat_every_dim_and_dtype, test_cat_empty_inputs,
+                 test_stack_every_dim, test_index_select, test_gather, test_scatter_add);
+    tu_add_misuse_tests(tu_case(s, "misuse", 0), misuse_cat_shape_mismatch, misuse_cat_ndim_mismatch,
+                        misuse_cat_dtype_mismatch, misuse_cat_bad_dim, misuse_cat_no_tensors,
+                        misuse_stack_unequal, misuse_stack_bad_dim, misuse_index_select_out_of_range,
+                        misuse_index_select_negative, misuse_index_select_float_index,
+                        misuse_index_select_2d_index, misuse_gather_out_of_range, misuse_gather_ndim,
+                        misuse_gather_index_too_big, misuse_scatter_add_out_of_range,
+                        misuse_scatter_add_src_too_small, misuse_scatter_add_dtype);
     return s;
 }
 

@@ -173,7 +173,6 @@ END_TEST
  * shuffled loader, across epochs. */
 START_TEST(test_workers_same_order)
 {
-    int64_t live = tu_live_bytes();
     mem_ds *m = mem_new(103);
     em_dataloader_opts o = { .batch_size = 4, .shuffle = true, .seed = 5, .num_processes = 3, .process_index = 1,
                              .pad_to_multiple_of = 4, .pad_id = 9 };
@@ -197,7 +196,6 @@ START_TEST(test_workers_same_order)
     ck_assert_int_eq(nref, 27);
     ck_assert(ref[0].first != ref[9].first || ref[0].sum != ref[9].sum);   /* epochs reshuffle */
     em_dataset_free(&m->base);
-    ck_assert_int_eq(tu_live_bytes(), live);
 }
 END_TEST
 
@@ -205,7 +203,6 @@ END_TEST
  * another worker count) yields exactly the uninterrupted run's batches. */
 START_TEST(test_resume)
 {
-    int64_t live = tu_live_bytes();
     mem_ds *m = mem_new(57);
     em_dataloader_opts o = { .batch_size = 5, .shuffle = true, .seed = 11, .num_processes = 2, .process_index = 0,
                              .drop_last = true };
@@ -248,13 +245,11 @@ START_TEST(test_resume)
     ck_assert_int_eq(em_dataloader_load_state(dl, (em_loader_state){ -1, 0 }), EM_ERR_INVALID);
     em_dataloader_free(dl);
     em_dataset_free(&m->base);
-    ck_assert_int_eq(tu_live_bytes(), live);
 }
 END_TEST
 
 START_TEST(test_skip_and_epochs)
 {
-    int64_t live = tu_live_bytes();
     mem_ds *m = mem_new(30);
     em_dataloader_opts o = { .batch_size = 4 };   /* one process: 8 batches, the last of 2 */
     for (int nw = 0; nw <= 2; nw++) {
@@ -298,7 +293,6 @@ START_TEST(test_skip_and_epochs)
         em_dataloader_free(dl);   /* with batches loaded ahead: they are dropped */
     }
     em_dataset_free(&m->base);
-    ck_assert_int_eq(tu_live_bytes(), live);
 }
 END_TEST
 
@@ -339,7 +333,6 @@ END_TEST
  * so a retry fails again, and skipping past it goes on. */
 START_TEST(test_dataset_error)
 {
-    int64_t live = tu_live_bytes();
     mem_ds *m = mem_new(20);
     m->fail_at = 9;
     for (int nw = 0; nw <= 3; nw += 3) {
@@ -364,7 +357,6 @@ START_TEST(test_dataset_error)
         em_dataloader_free(dl);
     }
     em_dataset_free(&m->base);
-    ck_assert_int_eq(tu_live_bytes(), live);
 }
 END_TEST
 
@@ -372,7 +364,6 @@ END_TEST
  * and nothing leaks. */
 START_TEST(test_oom)
 {
-    int64_t live = tu_live_bytes();
     mem_ds *m = mem_new(23);
     int failures = 0;
     for (int nw = 0; nw <= 2; nw += 2)
@@ -402,7 +393,6 @@ START_TEST(test_oom)
         }
     ck_assert_int_gt(failures, 20);
     em_dataset_free(&m->base);
-    ck_assert_int_eq(tu_live_bytes(), live);
 }
 END_TEST
 
@@ -427,19 +417,8 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("loader");
-    TCase *tc = tcase_create("core");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, test_collate);
-    tcase_add_test(tc, test_workers_same_order);
-    tcase_add_test(tc, test_resume);
-    tcase_add_test(tc, test_skip_and_epochs);
-    tcase_add_test(tc, test_edges);
-    tcase_add_test(tc, test_dataset_error);
-    tcase_add_test(tc, test_oom);
-    suite_add_tcase(s, tc);
-    TCase *mis = tcase_create("misuse");
-    tu_add_misuse_test(mis, test_misuse_null_dataset);
-    tu_add_misuse_test(mis, test_misuse_negative_skip);
-    suite_add_tcase(s, mis);
+    tu_add_tests(tu_no_leaks(tu_case(s, "core", 120)), test_collate, test_workers_same_order, test_resume,
+                 test_skip_and_epochs, test_edges, test_dataset_error, test_oom);
+    tu_add_misuse_tests(tu_case(s, "misuse", 0), test_misuse_null_dataset, test_misuse_negative_skip);
     return tu_run_suite(s);
 }

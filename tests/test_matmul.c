@@ -341,24 +341,10 @@ END_TEST
 static Suite *make_suite(void)
 {
     Suite *s = suite_create("matmul");
-    TCase *tc = tcase_create("forward");
-    tcase_add_test(tc, test_2d);
-    tcase_add_test(tc, test_1d);
-    tcase_add_test(tc, test_batch_broadcast);
-    tcase_add_test(tc, test_transposed_views);
-    tcase_add_test(tc, test_noncontiguous);
-    tcase_add_test(tc, test_empty);
-    tcase_add_test(tc, test_large_f32);
-    tcase_add_test(tc, test_null_propagates);
-    suite_add_tcase(s, tc);
-    TCase *tm = tcase_create("misuse");
-    tu_add_misuse_test(tm, test_misuse_inner);
-    tu_add_misuse_test(tm, test_misuse_dot);
-    tu_add_misuse_test(tm, test_misuse_scalar);
-    tu_add_misuse_test(tm, test_misuse_dtype);
-    tu_add_misuse_test(tm, test_misuse_int);
-    tu_add_misuse_test(tm, test_misuse_batch);
-    suite_add_tcase(s, tm);
+    tu_add_tests(tu_case(s, "forward", 0), test_2d, test_1d, test_batch_broadcast, test_transposed_views,
+                 test_noncontiguous, test_empty, test_large_f32, test_null_propagates);
+    tu_add_misuse_tests(tu_case(s, "misuse", 0), test_misuse_inner, test_misuse_dot, test_misuse_scalar,
+                        test_misuse_dtype, test_misuse_int, test_misuse_batch);
     return s;
 }
 

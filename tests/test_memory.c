@@ -242,27 +242,15 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("memory");
-    TCase *tc = tcase_create("memory");
-    tcase_add_test(tc, cpu_memory_is_64_byte_aligned);
-    tcase_add_test(tc, live_and_peak_bytes);
-    tcase_add_test(tc, views_keep_storage_alive);
-    tcase_add_test(tc, scope_releases_everything_but_kept);
-    tcase_add_test(tc, keep_moves_into_parent_scope);
-    tcase_add_test(tc, op_chains_in_scopes_return_to_baseline);
-    tcase_add_test(tc, fail_nth_allocation_leaks_nothing);
-    tcase_add_test(tc, steady_loop_reuses_cached_blocks);
-    suite_add_tcase(s, tc);
-    TCase *tm = tcase_create("misuse");
-    tu_add_misuse_test(tm, misuse_names_op_shapes_and_caller);
-    tu_add_misuse_test(tm, misuse_bad_view);
-    tu_add_misuse_test(tm, misuse_unbalanced_scope);
-    tu_add_misuse_test(tm, misuse_use_after_release);
-    tu_add_misuse_test(tm, misuse_double_release);
-    tu_add_misuse_test(tm, misuse_result_escaping_its_scope);
-    tu_add_misuse_test(tm, misuse_stale_pointer_in_an_accessor);
-    tu_add_misuse_test(tm, misuse_unknown_device_type);
+    tu_add_tests(tu_case(s, "memory", 0), cpu_memory_is_64_byte_aligned, live_and_peak_bytes, views_keep_storage_alive,
+                 scope_releases_everything_but_kept, keep_moves_into_parent_scope,
+                 op_chains_in_scopes_return_to_baseline, fail_nth_allocation_leaks_nothing,
+                 steady_loop_reuses_cached_blocks);
+    TCase *tm = tu_case(s, "misuse", 0);
+    tu_add_misuse_tests(tm, misuse_names_op_shapes_and_caller, misuse_bad_view, misuse_unbalanced_scope,
+                        misuse_use_after_release, misuse_double_release, misuse_result_escaping_its_scope,
+                        misuse_stale_pointer_in_an_accessor, misuse_unknown_device_type);
     tcase_add_test(tm, device_names);
     if (!em__backend(EM_DEVICE_CUDA)) tu_add_misuse_test(tm, missing_cuda_names_the_missing_part);
-    suite_add_tcase(s, tm);
     return tu_run_suite(s);
 }

@@ -41,40 +41,11 @@ static void expect_close(const char *what, em_tensor *got, em_tensor *want)
                   em_dtype_name(want->dtype));
 }
 
-/* The whole file as a malloc'd string (NULL if it cannot be read). */
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    size_t got = fread(s, 1, (size_t)n, f);
-    s[got] = 0;
-    fclose(f);
-    return s;
-}
-
 static int count(const char *hay, const char *needle)
 {
     int n = 0;
     for (const char *p = strstr(hay, needle); p; p = strstr(p + 1, needle)) n++;
     return n;
-}
-
-static char tmpdir[64];
-static void make_tmpdir(void)
-{
-    strcpy(tmpdir, "/tmp/ember-dot-XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(tmpdir));
-}
-
-static const char *in_tmp(const char *name)
-{
-    static char buf[128];
-    snprintf(buf, sizeof buf, "%s/%s", tmpdir, name);
-    return buf;
 }
 
 /* ---- the PyTorch fixture ------------------------------------------------------- */
@@ -159,18 +130,23 @@ START_TEST(mlp_loop_returns_to_baseline)
 }
 END_TEST
 
+/* The DOT that em_graph_dot(t, path) writes (asserted EM_OK), malloc'd. */
+static char *dot_of(em_tensor *t, const char *path)
+{
+    ck_assert_int_eq(em_graph_dot(t, path), EM_OK);
+    return tu_read_file(path, NULL);
+}
+
 /* ---- em_graph_dot --------------------------------------------------------------------- */
 /* A diamond: a feeds mul twice and add once; the leaf must be drawn once. */
 START_TEST(dot_labels_and_dedup)
 {
-    make_tmpdir();
     EM_SCOPE {
         em_tensor *a = em_requires_grad_(em_ones(EM_SHAPE(2, 3), EM_F64, EM_CPU), true);
         em_tensor *c = em_ones(EM_SHAPE(2, 3), EM_F64, EM_CPU);   /* no grad: a grey input */
         em_tensor *s = em_sum(em_add(em_mul(a, a), em_mul(a, c)), 0, NULL, true);
-        const char *path = in_tmp("g.dot");
-        ck_assert_int_eq(em_graph_dot(s, path), EM_OK);
-        char *dot = slurp(path);
+        const char *path = tu_scratch_path("g.dot");
+        char *dot = dot_of(s, path);
         ck_assert_ptr_nonnull(dot);
         ck_assert_msg(!strncmp(dot, "digraph ember {", 15) && strstr(dot, "}\n"), "not a digraph:\n%s", dot);
         ck_assert_msg(strstr(dot, "\"mul\\n[2,3] float64\""), "no mul box:\n%s", dot);
@@ -190,39 +166,30 @@ START_TEST(dot_labels_and_dedup)
         ck_assert_int_ne(access(tmp, F_OK), 0);
 
         /* a leaf alone is one ellipse; rewriting replaces the file */
-        ck_assert_int_eq(em_graph_dot(a, path), EM_OK);
-        dot = slurp(path);
+        dot = dot_of(a, path);
         ck_assert_int_eq(count(dot, "requires_grad"), 1);
         ck_assert_int_eq(count(dot, " -> "), 0);
         free(dot);
-        unlink(path);
     }
-    rmdir(tmpdir);
 }
 END_TEST
 
 START_TEST(dot_of_a_long_chain)
 {
-    make_tmpdir();
     EM_SCOPE {
         em_tensor *x = em_requires_grad_(em_ones(EM_SHAPE(4), EM_F32, EM_CPU), true);
         em_tensor *h = x;
         for (int i = 0; i < 10000; i++) h = em_neg(h);
-        const char *path = in_tmp("chain.dot");
-        ck_assert_int_eq(em_graph_dot(h, path), EM_OK);
-        char *dot = slurp(path);
+        char *dot = dot_of(h, tu_scratch_path("chain.dot"));
         ck_assert_int_eq(count(dot, "\"neg\\n[4] float32\""), 10000);
         ck_assert_int_eq(count(dot, " -> "), 10001);
         free(dot);
-        unlink(path);
     }
-    rmdir(tmpdir);
 }
 END_TEST
 
 START_TEST(dot_failures_name_the_path)
 {
-    make_tmpdir();
     EM_SCOPE {
         em_tensor *a = em_requires_grad_(em_ones(EM_SHAPE(3), EM_F32, EM_CPU), true);
         em_tensor *s = em_sum(em_mul(a, a), 0, NULL, false);
@@ -236,7 +203,7 @@ START_TEST(dot_failures_name_the_path)
 
         /* the path is a directory: the temporary is written, the rename fails and is cleaned up */
         char dir[96], tmp[160];
-        snprintf(dir, sizeof dir, "%s/adir", tmpdir);
+        snprintf(dir, sizeof dir, "%s/adir", tu_scratch());
         ck_assert_int_eq(mkdir(dir, 0700), 0);
         ck_assert_int_eq(em_graph_dot(s, dir), EM_ERR_IO);
         ck_assert_msg(strstr(em_last_error(), dir), "message does not name the path: %s", em_last_error());
@@ -245,7 +212,7 @@ START_TEST(dot_failures_name_the_path)
         rmdir(dir);
 
         /* out of memory at each allocation in turn: a status, no file, no leak (ASan/valgrind) */
-        const char *path = in_tmp("oom.dot");
+        const char *path = tu_scratch_path("oom.dot");
         int failures = 0;
         for (int64_t k = 1; k < 100; k++) {
             em_alloc_fail_after(k, false);
@@ -261,7 +228,6 @@ START_TEST(dot_failures_name_the_path)
         ck_assert_int_eq(access(path, F_OK), 0);
         unlink(path);
     }
-    rmdir(tmpdir);
 }
 END_TEST
 
@@ -278,14 +244,10 @@ END_TEST
 static Suite *make_suite(void)
 {
     Suite *s = suite_create("mlp_golden");
-    TCase *tc = tcase_create("core");
-    tcase_add_test(tc, mlp_matches_pytorch);
-    tcase_add_test(tc, mlp_loop_returns_to_baseline);
-    tcase_add_test(tc, dot_labels_and_dedup);
-    tcase_add_test(tc, dot_of_a_long_chain);
-    tcase_add_test(tc, dot_failures_name_the_path);
-    tu_add_misuse_test(tc, dot_null_path_is_misuse);
-    suite_add_tcase(s, tc);
+    TCase *tc = tu_scratch_per_test(tu_case(s, "core", 0), "dot");
+    tu_add_tests(tc, mlp_matches_pytorch, mlp_loop_returns_to_baseline, dot_labels_and_dedup,
+                 dot_of_a_long_chain, dot_failures_name_the_path);
+    tu_add_misuse_tests(tu_case(s, "misuse", 0), dot_null_path_is_misuse);
     return s;
 }
 

@@ -212,18 +212,11 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("module");
-    TCase *tc = tcase_create("module");
-    tcase_add_test(tc, dotted_names_in_registration_order);
-    tcase_add_test(tc, train_eval_reaches_every_module);
-    tcase_add_test(tc, flatten_keeps_values_and_gradients_land_in_one_buffer);
-    tcase_add_test(tc, registering_at_top_level_then_releasing_is_safe);
-    tcase_add_test(tc, sequential_and_module_list);
-    suite_add_tcase(s, tc);
-    TCase *tm = tcase_create("misuse");
-    tu_add_misuse_test(tm, misuse_duplicate_name);
-    tu_add_misuse_test(tm, misuse_release_of_a_scope_owned_parameter);
-    tu_add_misuse_test(tm, misuse_release_of_a_scope_result);
-    tu_add_misuse_test(tm, misuse_forward_of_a_module_list);
-    suite_add_tcase(s, tm);
+    tu_add_tests(tu_case(s, "module", 0), dotted_names_in_registration_order, train_eval_reaches_every_module,
+                 flatten_keeps_values_and_gradients_land_in_one_buffer,
+                 registering_at_top_level_then_releasing_is_safe, sequential_and_module_list);
+    tu_add_misuse_tests(tu_case(s, "misuse", 0), misuse_duplicate_name,
+                        misuse_release_of_a_scope_owned_parameter, misuse_release_of_a_scope_result,
+                        misuse_forward_of_a_module_list);
     return tu_run_suite(s);
 }

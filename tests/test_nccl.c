@@ -447,13 +447,8 @@ static void test_accelerator(em_process_group *pg)
 int main(void)
 {
     unsetenv("EMBER_USE_CPU");   /* the suite's CPU switch; this test is the GPU path */
-    em_process_group *pg = NULL;
-    if (em_pg_init(&(em_pg_opts){.timeout_s = 120}, &pg) != EM_OK) {
-        fprintf(stderr, "em_pg_init: %s\n", em_last_error());
-        return 1;
-    }
-    g_rank = em_pg_rank(pg);
-    g_world = em_pg_world_size(pg);
+    em_process_group *pg = rank_join(120);
+    if (!pg) return 1;
     const em_backend *cb = em__backend(EM_DEVICE_CUDA);
     int ndev = cb && cb->device_count ? cb->device_count() : 0;
     int local = em_pg_local_rank(pg);

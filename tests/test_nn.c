@@ -35,9 +35,7 @@ START_TEST(linear_forward_matches_reference_on_3d_input)
         /* a non-contiguous input (transposed view) gives the same result */
         em_tensor *xt = em_transpose(em_contiguous(em_transpose(x, 0, 1)), 0, 1);
         ck_assert(!em_is_contiguous(xt));
-        double *g2 = vals(em_nn_linear_forward(l, xt));
-        tu_assert_close(g2, ref, 24, 1e-6, 1e-6);
-        free(g2);
+        tu_assert_values_close(em_nn_linear_forward(l, xt), ref, 24, 1e-6, 1e-6);
     }
     em_module_free(&l->base);
     ck_assert_int_eq(tu_live_bytes(), base);
@@ -167,9 +165,7 @@ START_TEST(layer_norm_matches_reference)
             for (int i = 0; i < 6; i++) var += (xr[r * 6 + i] - mu) * (xr[r * 6 + i] - mu) / 6;
             for (int i = 0; i < 6; i++) ref[r * 6 + i] = (xr[r * 6 + i] - mu) / sqrt(var + 1e-5) * (1.0 + 0.1 * i) - 0.05 * i;
         }
-        double *got = vals(em_nn_layer_norm_forward(ln, x));
-        tu_assert_close(got, ref, 18, 1e-5, 1e-5);
-        free(got);
+        tu_assert_values_close(em_nn_layer_norm_forward(ln, x), ref, 18, 1e-5, 1e-5);
     }
     em_module_free(&ln->base);
     em_nn_layer_norm *na = em_nn_layer_norm_new(4, &(em_nn_layer_norm_opts){.eps = 1e-12, .no_affine = true});
@@ -305,17 +301,11 @@ START_TEST(mhsa_matches_reference_with_padding_mask)
         em_tensor *x = tu_rand_tensor(EM_SHAPE(2, 5, 8), EM_F32, -1, 1, 8, xr);
         em_tensor *mask = em_from_data(mk, EM_SHAPE(2, 5), EM_I64);
         mhsa_ref(a, xr, mk, 2, 5, ref);
-        double *got = vals(em_nn_mhsa_forward(a, x, mask));
-        tu_assert_close(got, ref, 80, 1e-5, 1e-5);
-        free(got);
+        tu_assert_values_close(em_nn_mhsa_forward(a, x, mask), ref, 80, 1e-5, 1e-5);
         /* a bool mask does the same; no mask attends everywhere */
-        double *gb = vals(em_nn_mhsa_forward(a, x, em_ne(mask, em_scalar(0, EM_I64, EM_CPU))));
-        tu_assert_close(gb, ref, 80, 1e-5, 1e-5);
-        free(gb);
+        tu_assert_values_close(em_nn_mhsa_forward(a, x, em_ne(mask, em_scalar(0, EM_I64, EM_CPU))), ref, 80, 1e-5, 1e-5);
         mhsa_ref(a, xr, NULL, 2, 5, ref);
-        double *gn = vals(em_nn_mhsa_forward(a, x, NULL));
-        tu_assert_close(gn, ref, 80, 1e-5, 1e-5);
-        free(gn);
+        tu_assert_values_close(em_nn_mhsa_forward(a, x, NULL), ref, 80, 1e-5, 1e-5);
     }
     em_module_free(&a->base);
     ck_assert_int_eq(tu_live_bytes(), base);
@@ -663,41 +653,19 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("nn");
-    TCase *tl = tcase_create("layers");
-    tcase_add_test(tl, linear_forward_matches_reference_on_3d_input);
-    tcase_add_test(tl, linear_without_bias_and_its_names);
-    tcase_add_test(tl, linear_init_is_torch_s_uniform);
-    tcase_add_test(tl, linear_gradcheck_in_f64);
-    tcase_add_test(tl, embedding_rows_padding_and_its_gradient);
-    tcase_add_test(tl, embedding_init_and_frozen);
-    tcase_add_test(tl, layer_norm_matches_reference);
-    tcase_add_test(tl, dropout_train_eval_and_replay);
-    tcase_add_test(tl, activations);
-    tcase_add_test(tl, mhsa_matches_reference_with_padding_mask);
-    tcase_add_test(tl, transformer_block_names_shapes_and_dropout);
-    suite_add_tcase(s, tl);
-    TCase *tx = tcase_create("losses");
-    tcase_add_test(tx, cross_entropy_ignore_index_and_label_smoothing);
-    tcase_add_test(tx, mse_and_bce_with_logits);
-    suite_add_tcase(s, tx);
-    TCase *td = tcase_create("models");
-    tcase_add_test(td, distilbert_config_defaults_are_hf_s);
-    tcase_add_test(td, distilbert_init_statistics);
-    tcase_add_test(td, sinusoidal_positions_are_fixed);
-    tcase_add_test(td, seqcls_loss_follows_num_labels_and_label_dtype);
-    tcase_add_test(td, padding_positions_do_not_change_the_logits);
-    tcase_add_test(td, bert_layout_names);
-    suite_add_tcase(s, td);
-    TCase *tm = tcase_create("misuse");
-    tu_add_misuse_test(tm, misuse_linear_wrong_input);
-    tu_add_misuse_test(tm, misuse_heads_do_not_divide_dim);
-    tu_add_misuse_test(tm, misuse_dropout_p);
-    tu_add_misuse_test(tm, misuse_embedding_id_out_of_range);
-    tu_add_misuse_test(tm, misuse_distilbert_config);
-    tu_add_misuse_test(tm, misuse_sequence_too_long);
-    tu_add_misuse_test(tm, misuse_mask_shape);
-    tu_add_misuse_test(tm, misuse_cross_entropy_target);
-    tu_add_misuse_test(tm, misuse_single_label_with_wrong_count);
-    suite_add_tcase(s, tm);
+    tu_add_tests(tu_case(s, "layers", 0), linear_forward_matches_reference_on_3d_input,
+                 linear_without_bias_and_its_names, linear_init_is_torch_s_uniform, linear_gradcheck_in_f64,
+                 embedding_rows_padding_and_its_gradient, embedding_init_and_frozen,
+                 layer_norm_matches_reference, dropout_train_eval_and_replay, activations,
+                 mhsa_matches_reference_with_padding_mask, transformer_block_names_shapes_and_dropout);
+    tu_add_tests(tu_case(s, "losses", 0), cross_entropy_ignore_index_and_label_smoothing,
+                 mse_and_bce_with_logits);
+    tu_add_tests(tu_case(s, "models", 0), distilbert_config_defaults_are_hf_s, distilbert_init_statistics,
+                 sinusoidal_positions_are_fixed, seqcls_loss_follows_num_labels_and_label_dtype,
+                 padding_positions_do_not_change_the_logits, bert_layout_names);
+    tu_add_misuse_tests(tu_case(s, "misuse", 0), misuse_linear_wrong_input, misuse_heads_do_not_divide_dim,
+                        misuse_dropout_p, misuse_embedding_id_out_of_range, misuse_distilbert_config,
+                        misuse_sequence_too_long, misuse_mask_shape, misuse_cross_entropy_target,
+                        misuse_single_label_with_wrong_count);
     return tu_run_suite(s);
 }

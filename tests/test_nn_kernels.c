@@ -846,8 +846,7 @@ END_TEST
 
 /* ---- misuse --------------------------------------------------------------------------------- */
 
-#define MISUSE(name, expected, ...) \
-    START_TEST(name) { tu_expect_misuse(expected); __VA_ARGS__; } END_TEST
+#define MISUSE TU_MISUSE
 
 static em_tensor *f32(int64_t a, int64_t b) { return em_zeros(2, (int64_t[]){a, b}, EM_F32, EM_CPU); }
 static em_tensor *i64v(int64_t n, const int64_t *v) { return em_from_data(v, 1, &n, EM_I64); }
@@ -877,54 +876,20 @@ MISUSE(misuse_ce_bwd_dloss, "dloss [] (float32) must be a float [N] tensor", em_
 static Suite *make_suite(void)
 {
     Suite *s = suite_create("nn_kernels");
-    TCase *tc = tcase_create("forward_backward");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, test_softmax_dims_dtypes);
-    tcase_add_test(tc, test_softmax_last_dim_lengths);
-    tcase_add_test(tc, test_softmax_noncontiguous);
-    tcase_add_test(tc, test_softmax_inf_and_edges);
-    tcase_add_test(tc, test_softmax_backward_fd);
-    tcase_add_test(tc, test_softmax_backward_dtypes);
-    tcase_add_test(tc, test_layer_norm_forward);
-    tcase_add_test(tc, test_layer_norm_layouts_and_offset);
-    tcase_add_test(tc, test_layer_norm_backward_fd);
-    tcase_add_test(tc, test_layer_norm_backward_dtypes);
-    tcase_add_test(tc, test_layer_norm_backward_deterministic);
-    tcase_add_test(tc, test_embedding_forward);
-    tcase_add_test(tc, test_embedding_backward);
-    tcase_add_test(tc, test_embedding_backward_deterministic);
-    tcase_add_test(tc, test_dropout_p0_p1);
-    tcase_add_test(tc, test_dropout_statistics);
-    tcase_add_test(tc, test_dropout_determinism_and_layout);
-    tcase_add_test(tc, test_cross_entropy_forward);
-    tcase_add_test(tc, test_cross_entropy_edges);
-    tcase_add_test(tc, test_cross_entropy_backward);
-    tcase_add_test(tc, test_no_leaks);
-    suite_add_tcase(s, tc);
-
-    TCase *tm = tcase_create("misuse");
-    tu_add_misuse_test(tm, misuse_softmax_int);
-    tu_add_misuse_test(tm, misuse_softmax_dim);
-    tu_add_misuse_test(tm, misuse_softmax_bwd_shape);
-    tu_add_misuse_test(tm, misuse_ln_weight);
-    tu_add_misuse_test(tm, misuse_ln_weight_dtype);
-    tu_add_misuse_test(tm, misuse_ln_bwd_stats);
-    tu_add_misuse_test(tm, misuse_emb_id_high);
-    tu_add_misuse_test(tm, misuse_emb_id_neg);
-    tu_add_misuse_test(tm, misuse_emb_ids_dtype);
-    tu_add_misuse_test(tm, misuse_emb_bwd_pad);
-    tu_add_misuse_test(tm, misuse_emb_bwd_shape);
-    tu_add_misuse_test(tm, misuse_emb_bwd_id);
-    tu_add_misuse_test(tm, misuse_dropout_p);
-    tu_add_misuse_test(tm, misuse_dropout_nan);
-    tu_add_misuse_test(tm, misuse_dropout_int);
-    tu_add_misuse_test(tm, misuse_ce_target_high);
-    tu_add_misuse_test(tm, misuse_ce_target_neg);
-    tu_add_misuse_test(tm, misuse_ce_target_dtype);
-    tu_add_misuse_test(tm, misuse_ce_rows);
-    tu_add_misuse_test(tm, misuse_ce_logits_1d);
-    tu_add_misuse_test(tm, misuse_ce_bwd_dloss);
-    suite_add_tcase(s, tm);
+    tu_add_tests(tu_case(s, "forward_backward", 120), test_softmax_dims_dtypes, test_softmax_last_dim_lengths,
+                 test_softmax_noncontiguous, test_softmax_inf_and_edges, test_softmax_backward_fd,
+                 test_softmax_backward_dtypes, test_layer_norm_forward, test_layer_norm_layouts_and_offset,
+                 test_layer_norm_backward_fd, test_layer_norm_backward_dtypes,
+                 test_layer_norm_backward_deterministic, test_embedding_forward, test_embedding_backward,
+                 test_embedding_backward_deterministic, test_dropout_p0_p1, test_dropout_statistics,
+                 test_dropout_determinism_and_layout, test_cross_entropy_forward, test_cross_entropy_edges,
+                 test_cross_entropy_backward, test_no_leaks);
+    tu_add_misuse_tests(tu_case(s, "misuse", 0), misuse_softmax_int, misuse_softmax_dim,
+                        misuse_softmax_bwd_shape, misuse_ln_weight, misuse_ln_weight_dtype, misuse_ln_bwd_stats,
+                        misuse_emb_id_high, misuse_emb_id_neg, misuse_emb_ids_dtype, misuse_emb_bwd_pad,
+                        misuse_emb_bwd_shape, misuse_emb_bwd_id, misuse_dropout_p, misuse_dropout_nan,
+                        misuse_dropout_int, misuse_ce_target_high, misuse_ce_target_neg, misuse_ce_target_dtype,
+                        misuse_ce_rows, misuse_ce_logits_1d, misuse_ce_bwd_dloss);
     return s;
 }
 

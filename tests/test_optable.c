@@ -30,9 +30,6 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("optable");
-    TCase *tc = tcase_create("table");
-    tcase_add_test(tc, every_op_has_a_row);
-    tcase_add_test(tc, cpu_has_every_kernel);
-    suite_add_tcase(s, tc);
+    tu_add_tests(tu_case(s, "table", 0), every_op_has_a_row, cpu_has_every_kernel);
     return tu_run_suite(s);
 }

@@ -81,28 +81,14 @@ static bool bit_equal(em_tensor *a, em_tensor *b)
            !memcmp(em_data_ptr(a), em_data_ptr(b), (size_t)em_numel(a) * em_dtype_size(a->dtype));
 }
 
-static char tmpdir[64];
+/* scratch/name; the first call of a test makes the scratch directory */
 static const char *tmp_path(const char *name)
 {
-    static char buf[8][128];
-    static int k;
-    if (!tmpdir[0]) {
-        strcpy(tmpdir, "/tmp/ember-optim-XXXXXX");
-        ck_assert_ptr_nonnull(mkdtemp(tmpdir));
-    }
-    char *b = buf[k++ % 8];
-    snprintf(b, 128, "%s/%s", tmpdir, name);
-    return b;
+    if (!tu_scratch()[0]) ck_assert_ptr_nonnull(tu_scratch_new("optim"));
+    return tu_scratch_path(name);
 }
 
-static void cleanup_tmp(void)
-{
-    if (!tmpdir[0]) return;
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    ck_assert_int_eq(system(cmd), 0);
-    tmpdir[0] = 0;
-}
+static void cleanup_tmp(void) { ck_assert_int_eq(tu_scratch_remove(), 0); }
 
 /* ---- torch trajectories ----------------------------------------------------------------- */
 typedef struct run_cfg {
@@ -256,11 +242,9 @@ static void trajectories(bool plain)
     em__opt_plain = false;
 }
 
-START_TEST(trajectories_match_torch) { trajectories(false); }
-END_TEST
+TU_TEST(trajectories_match_torch, trajectories(false))
 
-START_TEST(trajectories_match_torch_unfused) { trajectories(true); }
-END_TEST
+TU_TEST(trajectories_match_torch_unfused, trajectories(true))
 
 /* ---- f64 and the fused pass ---------------------------------------------------------------- */
 /* Textbook AdamW (Loshchilov & Hutter with torch's eps placement), in f64. */
@@ -285,9 +269,7 @@ START_TEST(adamw_f64_matches_textbook)
             double mhat = m[i] / (1 - pow(b1, t)), vhat = vmax[i] / (1 - pow(b2, t));
             ref[i] -= lr * mhat / (sqrt(vhat) + eps);
         }
-        double *got = tu_to_doubles(p);
-        tu_assert_close(got, ref, N, 1e-12, 1e-15);
-        free(got);
+        tu_assert_values_close(p, ref, N, 1e-12, 1e-15);
     }
     em_optimizer_free(o);
     em_scope_end();
@@ -312,9 +294,7 @@ START_TEST(sgd_f64_matches_textbook)
             buf[i] = t == 0 ? d : mom * buf[i] + (1 - damp) * d;
             ref[i] -= lr * buf[i];
         }
-        double *got = tu_to_doubles(p);
-        tu_assert_close(got, ref, N, 1e-13, 1e-15);
-        free(got);
+        tu_assert_values_close(p, ref, N, 1e-13, 1e-15);
     }
     em_optimizer_free(o);
     em_scope_end();
@@ -513,13 +493,6 @@ static int split_list(const char *s, char ***out)
     return n;
 }
 
-static bool in_list(char **v, int n, const char *s)
-{
-    for (int i = 0; i < n; i++)
-        if (!strcmp(v[i], s)) return true;
-    return false;
-}
-
 START_TEST(no_decay_rule_equals_trainer_on_distilbert)
 {
     em_safetensors *st = open_fixture();
@@ -536,10 +509,10 @@ START_TEST(no_decay_rule_equals_trainer_on_distilbert)
         ps[i] = em_requires_grad_(atoi(ndims[i]) == 2 ? em_zeros(EM_SHAPE(2, 2), EM_F32, EM_CPU)
                                                       : em_zeros(EM_SHAPE(2), EM_F32, EM_CPU), true);
         bool decay = !em_param_no_decay(names[i], ps[i]);
-        ck_assert_msg(decay == in_list(trainer, nt, names[i]), "%s: ember %s, Trainer %s", names[i],
+        ck_assert_msg(decay == tu_in_list(trainer, nt, names[i]), "%s: ember %s, Trainer %s", names[i],
                       decay ? "decays" : "does not decay", decay ? "does not" : "does");
         /* HF's substring rule decays exactly the per-layer norms on top */
-        if (in_list(substr, ns, names[i]) && !decay) {
+        if (tu_in_list(substr, ns, names[i]) && !decay) {
             ck_assert_msg(strstr(names[i], "sa_layer_norm.weight") || strstr(names[i], "output_layer_norm.weight"),
                           "%s", names[i]);
             n_extra++;
@@ -553,7 +526,7 @@ START_TEST(no_decay_rule_equals_trainer_on_distilbert)
     ck_assert_int_eq(g[0].n_params, nt);
     ck_assert_int_eq(g[1].n_params, n - nt);
     for (int i = 0, a = 0, b = 0; i < n; i++) {
-        bool decay = in_list(trainer, nt, names[i]);
+        bool decay = tu_in_list(trainer, nt, names[i]);
         ck_assert_ptr_eq(decay ? g[0].params[a++] : g[1].params[b++], ps[i]);
     }
     em_optimizer *o = em_adamw_new_groups(g, 2, NULL);
@@ -678,6 +651,17 @@ static em_optimizer *mk_rt(em_tensor **p, bool sgd)
                : em_adamw_new_groups(g, 2, &(em_adamw_opts){.lr = 1e-2, .amsgrad = true});
 }
 
+/* Steps from..to-1 of the round trip on the 3 parameters p: set_grads(p, 3, t, 4), an
+ * optimizer step (asserted EM_OK) and a scheduler step each. */
+static void run_steps(em_tensor **p, em_optimizer *o, em_scheduler *s, int from, int to)
+{
+    for (int t = from; t < to; t++) {
+        set_grads(p, 3, t, 4);
+        ck_assert_int_eq(em_optimizer_step(o), EM_OK);
+        em_scheduler_step(s);
+    }
+}
+
 static void round_trip(bool sgd)
 {
     em_scope_begin();
@@ -689,19 +673,11 @@ static void round_trip(bool sgd)
     /* a: 6 uninterrupted steps */
     em_optimizer *oa = mk_rt(a, sgd);
     em_scheduler *sa = em_cosine_schedule_with_warmup(oa, 1, 6, 0);
-    for (int t = 0; t < 6; t++) {
-        set_grads(a, 3, t, 4);
-        ck_assert_int_eq(em_optimizer_step(oa), EM_OK);
-        em_scheduler_step(sa);
-    }
+    run_steps(a, oa, sa, 0, 6);
     /* b: 3 steps (param 1 without grad so far: no state), save, rebuild, load, 3 more */
     em_optimizer *ob = mk_rt(b, sgd);
     em_scheduler *sb = em_cosine_schedule_with_warmup(ob, 1, 6, 0);
-    for (int t = 0; t < 3; t++) {
-        set_grads(b, 3, t, 4);
-        ck_assert_int_eq(em_optimizer_step(ob), EM_OK);
-        em_scheduler_step(sb);
-    }
+    run_steps(b, ob, sb, 0, 3);
     const char *op = tmp_path("opt.safetensors"), *sp = tmp_path("sched.safetensors");
     ck_assert_int_eq(em_optimizer_state_save(ob, op), EM_OK);
     ck_assert_int_eq(em_scheduler_state_save(sb, sp), EM_OK);
@@ -720,11 +696,7 @@ static void round_trip(bool sgd)
     ck_assert_int_eq(em_scheduler_state_load(sc, sp), EM_OK);
     ck_assert_int_eq(em_scheduler_last_epoch(sc), 3);
     ck_assert(em_optimizer_param_step(oc, 0, 1) == 0);
-    for (int t = 3; t < 6; t++) {
-        set_grads(c, 3, t, 4);
-        ck_assert_int_eq(em_optimizer_step(oc), EM_OK);
-        em_scheduler_step(sc);
-    }
+    run_steps(c, oc, sc, 3, 6);
     for (int i = 0; i < 3; i++) ck_assert_msg(bit_equal(a[i], c[i]), "param %d differs after the round trip", i);
     for (int g = 0; g < 2; g++) ck_assert(em_optimizer_lr(oa, g) == em_optimizer_lr(oc, g));
     em_scheduler_free(sa);
@@ -735,10 +707,8 @@ static void round_trip(bool sgd)
     cleanup_tmp();
 }
 
-START_TEST(state_round_trip_adamw) { round_trip(false); }
-END_TEST
-START_TEST(state_round_trip_sgd) { round_trip(true); }
-END_TEST
+TU_TEST(state_round_trip_adamw, round_trip(false))
+TU_TEST(state_round_trip_sgd, round_trip(true))
 
 START_TEST(state_load_rejects_mismatches)
 {
@@ -922,35 +892,17 @@ END_TEST
 static Suite *make_suite(void)
 {
     Suite *s = suite_create("optim");
-    TCase *tc = tcase_create("core");
-    tcase_add_test(tc, trajectories_match_torch);
-    tcase_add_test(tc, trajectories_match_torch_unfused);
-    tcase_add_test(tc, adamw_f64_matches_textbook);
-    tcase_add_test(tc, sgd_f64_matches_textbook);
-    tcase_add_test(tc, fused_pass_equals_separate);
-    tcase_add_test(tc, schedulers_match_transformers_exactly);
-    tcase_add_test(tc, clip_grad_norm_matches_torch);
-    tcase_add_test(tc, clip_error_if_nonfinite);
-    tcase_add_test(tc, no_decay_rule_equals_trainer_on_distilbert);
-    tcase_add_test(tc, defaults_skip_and_zero_grad);
-    tcase_add_test(tc, no_leak_and_oom_at_every_allocation);
-    tcase_add_test(tc, state_round_trip_adamw);
-    tcase_add_test(tc, state_round_trip_sgd);
-    tcase_add_test(tc, state_load_rejects_mismatches);
-    tu_add_misuse_test(tc, misuse_negative_lr);
-    tu_add_misuse_test(tc, misuse_bad_beta);
-    tu_add_misuse_test(tc, misuse_nesterov_without_momentum);
-    tu_add_misuse_test(tc, misuse_unknown_optimizer_name);
-    tu_add_misuse_test(tc, misuse_group_out_of_range);
-    tu_add_misuse_test(tc, misuse_param_in_two_groups);
-    tu_add_misuse_test(tc, misuse_empty_parameter_list);
-    tu_add_misuse_test(tc, misuse_non_leaf_param);
-    tu_add_misuse_test(tc, misuse_integer_param);
-    tu_add_misuse_test(tc, misuse_set_negative_lr);
-    tu_add_misuse_test(tc, misuse_scheduler_after_new_group);
-    tu_add_misuse_test(tc, misuse_clip_norm_type);
-    tu_add_misuse_test(tc, misuse_backward_after_step);
-    suite_add_tcase(s, tc);
+    TCase *tc = tu_case(s, "core", 0);
+    tu_add_tests(tc, trajectories_match_torch, trajectories_match_torch_unfused, adamw_f64_matches_textbook,
+                 sgd_f64_matches_textbook, fused_pass_equals_separate, schedulers_match_transformers_exactly,
+                 clip_grad_norm_matches_torch, clip_error_if_nonfinite,
+                 no_decay_rule_equals_trainer_on_distilbert, defaults_skip_and_zero_grad,
+                 no_leak_and_oom_at_every_allocation, state_round_trip_adamw, state_round_trip_sgd,
+                 state_load_rejects_mismatches);
+    tu_add_misuse_tests(tc, misuse_negative_lr, misuse_bad_beta, misuse_nesterov_without_momentum,
+                        misuse_unknown_optimizer_name, misuse_group_out_of_range, misuse_param_in_two_groups, misuse_empty_parameter_list,
+                        misuse_non_leaf_param, misuse_integer_param, misuse_set_negative_lr,
+                        misuse_scheduler_after_new_group, misuse_clip_norm_type, misuse_backward_after_step);
     return s;
 }
 

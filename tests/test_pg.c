@@ -360,14 +360,8 @@ static void test_misuse(em_process_group *pg)
 
 static int run_all(void)
 {
-    em_process_group *pg = NULL;
-    em_status s = em_pg_init(NULL, &pg);
-    if (s != EM_OK) {
-        fprintf(stderr, "em_pg_init: %s\n", em_last_error());
-        return 1;
-    }
-    g_rank = em_pg_rank(pg);
-    g_world = em_pg_world_size(pg);
+    em_process_group *pg = rank_join(0);
+    if (!pg) return 1;
     const char *env_world = getenv("OMPI_COMM_WORLD_SIZE");
     CHECK(g_world == (env_world ? atoi(env_world) : 1), "world %d vs the environment", g_world);
     CHECK(em_pg_local_rank(pg) >= 0 && em_pg_local_rank(pg) < g_world, "local rank %d", em_pg_local_rank(pg));
@@ -425,13 +419,7 @@ static int run_all(void)
     test_mismatch(pg);
     test_misuse(pg);
 
-    /* everyone agrees on the outcome before leaving */
-    EM_SCOPE {
-        em_tensor *f = em_scalar((double)g_failed, EM_I64, EM_CPU);
-        CHECK(em_pg_all_reduce(pg, f, EM_RED_SUM) == EM_OK, "%s", em_last_error());
-        if (g_rank == 0)
-            printf("%s: %lld failed checks over %d ranks\n", em_item(f) == 0 ? "OK" : "FAILED", (long long)em_item(f), g_world);
-    }
+    rank_verdict(pg);   /* everyone agrees on the outcome before leaving */
     em_pg_free(pg);
     return g_failed ? 1 : 0;
 }
@@ -439,13 +427,8 @@ static int run_all(void)
 /* rank 0 calls an all_reduce that the others skip */
 static int run_timeout(void)
 {
-    em_process_group *pg = NULL;
-    if (em_pg_init(&(em_pg_opts){.timeout_s = 2}, &pg) != EM_OK) {
-        fprintf(stderr, "em_pg_init: %s\n", em_last_error());
-        return 1;
-    }
-    g_rank = em_pg_rank(pg);
-    g_world = em_pg_world_size(pg);
+    em_process_group *pg = rank_join(2);
+    if (!pg) return 1;
     em_tensor *t = em_ones(1, (int64_t[]){1024}, EM_F32, EM_CPU);
     CHECK(em_pg_all_reduce(pg, t, EM_RED_SUM) == EM_OK, "warm-up: %s", em_last_error());
     if (g_rank == 0) {
@@ -480,12 +463,8 @@ static int run_timeout(void)
 /* rank 1 dies; the others are in an all_reduce */
 static int run_kill(void)
 {
-    em_process_group *pg = NULL;
-    if (em_pg_init(&(em_pg_opts){.timeout_s = 20}, &pg) != EM_OK) {
-        fprintf(stderr, "em_pg_init: %s\n", em_last_error());
-        return 1;
-    }
-    g_rank = em_pg_rank(pg);
+    em_process_group *pg = rank_join(20);
+    if (!pg) return 1;
     em_tensor *t = em_ones(1, (int64_t[]){1 << 20}, EM_F32, EM_CPU);
     CHECK(em_pg_all_reduce(pg, t, EM_RED_SUM) == EM_OK, "warm-up: %s", em_last_error());
     if (g_rank == 1)

@@ -288,11 +288,7 @@ END_TEST
 static Suite *make_suite(void)
 {
     Suite *s = suite_create("print");
-    TCase *tc = tcase_create("print");
-    tcase_add_test(tc, test_cases);
-    tcase_add_test(tc, test_layouts);
-    tcase_add_test(tc, test_buffer_and_file);
-    suite_add_tcase(s, tc);
+    tu_add_tests(tu_case(s, "print", 0), test_cases, test_layouts, test_buffer_and_file);
     return s;
 }
 

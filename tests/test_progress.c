@@ -43,64 +43,74 @@ static int count_lines(const char *s)
 
 START_TEST(format_line)
 {
-    char buf[512];
-    /* 420 of 1000 in 12 s: 35 it/s, 580 left -> 16.57 s -> "00:17" */
-    em_progress_format(buf, sizeof buf, "train", 420, 1000, 12.0, 0.43214, 10);
-    ck_assert_str_eq(buf, "train   42% |\xe2\x96\x88\xe2\x96\x88\xe2\x96\x88\xe2\x96\x88      | 420/1000 [00:12<00:17, 35.0 it/s, loss=0.4321]");
-    em_progress_format(buf, sizeof buf, "train", 420, 1000, 12.0, NAN, 0);
-    ck_assert_str_eq(buf, "train   42% 420/1000 [00:12<00:17, 35.0 it/s]");
-    /* hours, and an unknown total */
-    em_progress_format(buf, sizeof buf, "e", 10, 100, 3700.0, NAN, 0);
-    ck_assert_str_eq(buf, "e   10% 10/100 [1:01:40<9:15:00, 0.0 it/s]");
-    em_progress_format(buf, sizeof buf, "", 7, 0, 2.0, 1.5, 10);
-    ck_assert_str_eq(buf, "7it [00:02, 3.5 it/s, loss=1.5000]");
-    /* no time elapsed yet: rate and ETA unknown */
-    em_progress_format(buf, sizeof buf, "x", 0, 5, 0.0, NAN, 0);
-    ck_assert_str_eq(buf, "x    0% 0/5 [00:00<?, ? it/s]");
-    /* a full bar */
-    em_progress_format(buf, sizeof buf, "x", 5, 5, 1.0, NAN, 2);
-    ck_assert_str_eq(buf, "x  100% |\xe2\x96\x88\xe2\x96\x88| 5/5 [00:01<00:00, 5.0 it/s]");
+    static const struct {
+        const char *desc;
+        int64_t n, total;
+        double elapsed, loss;
+        int width;
+        const char *want;
+    } cases[] = {
+        /* 420 of 1000 in 12 s: 35 it/s, 580 left -> 16.57 s -> "00:17" */
+        {"train", 420, 1000, 12.0, 0.43214, 10,
+         "train   42% |\xe2\x96\x88\xe2\x96\x88\xe2\x96\x88\xe2\x96\x88      | 420/1000 [00:12<00:17, 35.0 it/s, loss=0.4321]"},
+        {"train", 420, 1000, 12.0, NAN, 0, "train   42% 420/1000 [00:12<00:17, 35.0 it/s]"},
+        /* hours, and an unknown total */
+        {"e", 10, 100, 3700.0, NAN, 0, "e   10% 10/100 [1:01:40<9:15:00, 0.0 it/s]"},
+        {"", 7, 0, 2.0, 1.5, 10, "7it [00:02, 3.5 it/s, loss=1.5000]"},
+        /* no time elapsed yet: rate and ETA unknown */
+        {"x", 0, 5, 0.0, NAN, 0, "x    0% 0/5 [00:00<?, ? it/s]"},
+        /* a full bar */
+        {"x", 5, 5, 1.0, NAN, 2, "x  100% |\xe2\x96\x88\xe2\x96\x88| 5/5 [00:01<00:00, 5.0 it/s]"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char buf[512];
+        em_progress_format(buf, sizeof buf, cases[i].desc, cases[i].n, cases[i].total, cases[i].elapsed, cases[i].loss,
+                           cases[i].width);
+        ck_assert_str_eq(buf, cases[i].want);
+    }
 }
 END_TEST
 
-START_TEST(plain_mode_every_ten_percent)
+/* What a plain-mode (not a terminal) progress of total items prints when it
+ * starts at fake time t0 and gets `updates` updates of one item, dt apart (the
+ * last with last_loss), then is freed. A malloc'd string. */
+static char *plain_run(int64_t total, const char *desc, double t0, double dt, int updates, double last_loss)
 {
     FILE *f = tmpfile();
-    fake_now = 100.0;
-    em_progress *p = em_progress_new_opts(NULL, 100, "ep", &(em_progress_opts){.out = f, .tty = -1, .clock = fake_clock});
+    fake_now = t0;
+    em_progress *p = em_progress_new_opts(NULL, total, desc, &(em_progress_opts){.out = f, .tty = -1, .clock = fake_clock});
     ck_assert_ptr_nonnull(p);
-    for (int i = 0; i < 100; i++) {
-        fake_now += 0.5;
-        em_progress_update(p, 1, i == 99 ? 0.25 : NAN);
+    for (int i = 0; i < updates; i++) {
+        fake_now += dt;
+        em_progress_update(p, 1, i == updates - 1 ? last_loss : NAN);
     }
-    em_progress_free(p);   /* finished: prints nothing more */
+    em_progress_free(p);
     char *s = slurp(f);
+    fclose(f);
+    return s;
+}
+
+START_TEST(plain_mode_every_ten_percent)
+{
+    char *s = plain_run(100, "ep", 100.0, 0.5, 100, 0.25);   /* finished: the free prints nothing more */
     ck_assert_int_eq(count_lines(s), 10);   /* 10%, 20%, ..., 100% */
     ck_assert_ptr_null(strchr(s, '\r'));
     ck_assert_msg(strstr(s, "ep   10% 10/100 [00:05<00:45, 2.0 it/s]\n") == s, "got: %s", s);
     ck_assert_msg(strstr(s, "ep  100% 100/100 [00:50<00:00, 2.0 it/s, loss=0.2500]\n"), "got: %s", s);
     free(s);
-    fclose(f);
 }
 END_TEST
 
 START_TEST(plain_mode_every_30_seconds)
 {
-    FILE *f = tmpfile();
-    fake_now = 0.0;
-    em_progress *p = em_progress_new_opts(NULL, 1000, "slow", &(em_progress_opts){.out = f, .tty = -1, .clock = fake_clock});
-    for (int i = 0; i < 20; i++) {   /* 20 updates, 10 s apart, 1 item each: never a new 10% */
-        fake_now += 10.0;
-        em_progress_update(p, 1, NAN);
-    }
-    em_progress_free(p);   /* unfinished: prints where it stopped (20 not yet printed) */
-    char *s = slurp(f);
+    /* 20 updates, 10 s apart, 1 item each: never a new 10%; unfinished, the free
+     * prints where it stopped (20 not yet printed) */
+    char *s = plain_run(1000, "slow", 0.0, 10.0, 20, NAN);
     /* at 30, 60, 90, ..., 180 s (6 lines: 3, 6, ..., 18 items), then the final 20 */
     ck_assert_int_eq(count_lines(s), 7);
     ck_assert_msg(strstr(s, "slow    0% 3/1000 [00:30<2:46:10, 0.1 it/s]\n") == s, "got: %s", s);
     ck_assert_msg(strstr(s, "slow    2% 20/1000 [03:20<2:43:20, 0.1 it/s]\n"), "got: %s", s);
     free(s);
-    fclose(f);
 }
 END_TEST
 
@@ -143,19 +153,6 @@ START_TEST(free_null_and_unused)
 }
 END_TEST
 
-static char *read_file(const char *path)
-{
-    FILE *f = fopen(path, "r");
-    ck_assert_ptr_nonnull(f);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    rewind(f);
-    char *s = calloc((size_t)n + 1, 1);
-    ck_assert_int_eq(fread(s, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
-    return s;
-}
-
 START_TEST(logger_lines)
 {
     char path[] = "/tmp/ember_test_log_XXXXXX";
@@ -169,7 +166,7 @@ START_TEST(logger_lines)
     ck_assert_int_eq(em_logger_log(lg, 2, 3, names, (double[]){NAN, INFINITY, 0.1}), EM_OK);
     ck_assert_int_eq(em_logger_log(lg, 3, 0, names, NULL), EM_OK);
     /* flushed at once: readable before the logger is freed */
-    char *s = read_file(path);
+    char *s = tu_read_file(path, NULL);
     ck_assert_str_eq(s, "{\"step\": 1, \"loss\": 0.5, \"lr\": 2.0000000000000002e-05}\n"
                         "{\"step\": 2, \"loss\": null, \"lr\": null, \"we\\\"ird\\\\name\\u000a\": 0.10000000000000001}\n"
                         "{\"step\": 3}\n");
@@ -180,7 +177,7 @@ START_TEST(logger_lines)
     ck_assert_int_eq(em_logger_log(lg, 4, 1, names, (double[]){-1.25}), EM_OK);
     ck_assert_int_eq(em_logger_log_scalar(lg, 5, "acc", 0.75), EM_OK);   /* one name, one value */
     em_logger_free(lg);
-    s = read_file(path);
+    s = tu_read_file(path, NULL);
     ck_assert_int_eq(count_lines(s), 5);
     ck_assert_msg(strstr(s, "{\"step\": 3}\n{\"step\": 4, \"loss\": -1.25}\n{\"step\": 5, \"acc\": 0.75}\n"), "got: %s", s);
     free(s);
@@ -346,9 +343,9 @@ END_TEST
 
 START_TEST(tensorboard_events)
 {
-    char dir[] = "/tmp/ember_test_tb_XXXXXX";
-    ck_assert_ptr_nonnull(mkdtemp(dir));
-    char logdir[64];
+    const char *dir = tu_scratch_new("tb");
+    ck_assert_ptr_nonnull(dir);
+    char logdir[600];
     snprintf(logdir, sizeof logdir, "%s/run1", dir);   /* created by the writer */
     em_tb_writer *w = em_tb_writer_new(NULL, logdir);
     ck_assert_msg(w, "%s", em_last_error());
@@ -377,9 +374,7 @@ START_TEST(tensorboard_events)
     ck_assert(ev[3].step == 1LL << 40 && ev[3].values[0] == -1.5f);
     ck_assert(ev[3].wall >= ev[1].wall);
     em_tb_writer_free(w);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    ck_assert_int_eq(system(cmd), 0);
+    ck_assert_int_eq(tu_scratch_remove(), 0);
 }
 END_TEST
 
@@ -396,20 +391,10 @@ END_TEST
 static Suite *make_suite(void)
 {
     Suite *s = suite_create("progress");
-    TCase *tc = tcase_create("progress");
-    tcase_add_test(tc, format_line);
-    tcase_add_test(tc, plain_mode_every_ten_percent);
-    tcase_add_test(tc, plain_mode_every_30_seconds);
-    tcase_add_test(tc, tty_mode_redraws);
-    tcase_add_test(tc, free_null_and_unused);
-    suite_add_tcase(s, tc);
-    TCase *tl = tcase_create("logger");
-    tcase_add_test(tl, logger_lines);
-    tcase_add_test(tl, logger_errors_name_the_path);
-    tcase_add_test(tl, crc32c_vectors);
-    tcase_add_test(tl, tensorboard_events);
-    tcase_add_test(tl, tensorboard_errors_name_the_path);
-    suite_add_tcase(s, tl);
+    tu_add_tests(tu_case(s, "progress", 0), format_line, plain_mode_every_ten_percent,
+                 plain_mode_every_30_seconds, tty_mode_redraws, free_null_and_unused);
+    tu_add_tests(tu_case(s, "logger", 0), logger_lines, logger_errors_name_the_path, crc32c_vectors,
+                 tensorboard_events, tensorboard_errors_name_the_path);
     return s;
 }
 

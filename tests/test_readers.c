@@ -5,7 +5,6 @@
 #include "check_util.h"
 
 #include <dirent.h>
-#include <ftw.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,22 +17,28 @@
 #define RUNNING_ON_VALGRIND 0
 #endif
 
-static char tmpdir[256];
-
-/* Writes len bytes to tmpdir/name; returns the path (a ring of 8 buffers). */
+/* Writes len bytes to scratch/name; returns the path (tu_scratch_path's ring of 8). */
 static const char *tmp_file_n(const char *name, const char *content, size_t len)
 {
-    static char paths[8][512];
-    static int k;
-    char *p = paths[k++ & 7];
-    snprintf(p, 512, "%s/%s", tmpdir, name);
-    FILE *f = fopen(p, "wb");
-    ck_assert_ptr_nonnull(f);
-    ck_assert_uint_eq(fwrite(content, 1, len, f), len);
-    fclose(f);
+    const char *p = tu_scratch_path(name);
+    tu_write_file(p, content, len);
     return p;
 }
 static const char *tmp_file(const char *name, const char *content) { return tmp_file_n(name, content, strlen(content)); }
+
+/* The cells of t (row, column, the text wanted), a list ended by {0}. */
+typedef struct cell {
+    int64_t row, col;
+    const char *want;
+} cell;
+static void expect_cells(const em_table *t, const cell *c)
+{
+    for (; c->want; c++) {
+        const char *got = em_table_get(t, c->row, c->col);
+        ck_assert_msg(got && !strcmp(got, c->want), "cell [%lld, %lld]: \"%s\", want \"%s\"", (long long)c->row,
+                      (long long)c->col, got ? got : "(null)", c->want);
+    }
+}
 
 /* Asserts status `want` and the exact message (printf format). */
 static void expect_fail(em_status got, em_status want, const char *fmt, ...)
@@ -69,9 +74,9 @@ START_TEST(test_sst2_tables)
     ck_assert_int_eq(em_table_col(t, "label"), 1);
     ck_assert_int_eq(em_table_col(t, "Label"), -1);
     ck_assert_str_eq(em_table_col_name(t, 1), "label");
-    ck_assert_str_eq(em_table_get(t, 0, 0), "hide new secretions from the parental units ");
-    ck_assert_str_eq(em_table_get(t, 0, 1), "0");
-    ck_assert_str_eq(em_table_get(t, 4, 0), "on the worst revenge-of-the-nerds clichés the filmmakers could dredge up ");
+    expect_cells(t, (const cell[]){{0, 0, "hide new secretions from the parental units "}, {0, 1, "0"},
+                                      {4, 0, "on the worst revenge-of-the-nerds clichés the filmmakers could dredge up "},
+                                      {0}});
     ck_assert_int_eq(em_table_line(t, 4), 6);
     ck_assert_str_eq(em_table_get(t, 67348, 0),
                      "this new jangle of noise , mayhem and stupidity must be a serious contender for the title . ");
@@ -234,12 +239,8 @@ START_TEST(test_tsv)
     ck_assert_int_eq(em_table_read_tsv(p, NULL, &t), EM_OK);
     ck_assert_int_eq(em_table_rows(t), 4);
     ck_assert_str_eq(em_table_col_name(t, 0), "text");
-    ck_assert_str_eq(em_table_get(t, 0, 0), "\"quoted\" text");
-    ck_assert_str_eq(em_table_get(t, 1, 0), "");
-    ck_assert_str_eq(em_table_get(t, 1, 1), "0");
-    ck_assert_str_eq(em_table_get(t, 2, 0), "last");
-    ck_assert_str_eq(em_table_get(t, 2, 1), "");
-    ck_assert_str_eq(em_table_get(t, 3, 1), "y");
+    expect_cells(t, (const cell[]){{0, 0, "\"quoted\" text"}, {1, 0, ""}, {1, 1, "0"}, {2, 0, "last"}, {2, 1, ""},
+                                      {3, 1, "y"}, {0}});
     ck_assert_int_eq(em_table_line(t, 1), 4);
     ck_assert_int_eq(em_table_line(t, 3), 7);
     em_table_free(t);
@@ -277,9 +278,9 @@ START_TEST(test_tsv_errors)
     p = tmp_file("e5.tsv", "\n\r\n");
     expect_fail(em_table_read_tsv(p, NULL, &t), EM_ERR_FORMAT, "%s: empty file: no header line", p);
     char missing[600];
-    snprintf(missing, sizeof missing, "%s/nope.tsv", tmpdir);
+    snprintf(missing, sizeof missing, "%s/nope.tsv", tu_scratch());
     expect_fail(em_table_read_tsv(missing, NULL, &t), EM_ERR_NOT_FOUND, "%s: No such file or directory", missing);
-    expect_fail(em_table_read_tsv(tmpdir, NULL, &t), EM_ERR_IO, "%s: read error: Is a directory", tmpdir);
+    expect_fail(em_table_read_tsv(tu_scratch(), NULL, &t), EM_ERR_IO, "%s: read error: Is a directory", tu_scratch());
 }
 END_TEST
 
@@ -334,16 +335,10 @@ START_TEST(test_csv_quoting)
     ck_assert_msg(st == EM_OK, "%s", em_last_error());
     ck_assert_int_eq(em_table_rows(t), 8);
     ck_assert_int_eq(em_table_cols(t), 3);
-    ck_assert_str_eq(em_table_get(t, 0, 1), "hello, world");
-    ck_assert_str_eq(em_table_get(t, 1, 1), "she said \"hi\"");
-    ck_assert_str_eq(em_table_get(t, 2, 1), "multi\nline\r\ntext");
-    ck_assert_str_eq(em_table_get(t, 3, 1), "");
-    ck_assert_str_eq(em_table_get(t, 4, 1), "");
-    ck_assert_str_eq(em_table_get(t, 5, 1), "plain \"quote\" inside");
-    ck_assert_str_eq(em_table_get(t, 6, 0), "7");
-    ck_assert_str_eq(em_table_get(t, 6, 1), "\"");
-    ck_assert_str_eq(em_table_get(t, 6, 2), "a");
-    ck_assert_str_eq(em_table_get(t, 7, 2), "");
+    expect_cells(t, (const cell[]){{0, 1, "hello, world"}, {1, 1, "she said \"hi\""},
+                                      {2, 1, "multi\nline\r\ntext"}, {3, 1, ""}, {4, 1, ""},
+                                      {5, 1, "plain \"quote\" inside"}, {6, 0, "7"}, {6, 1, "\""}, {6, 2, "a"},
+                                      {7, 2, ""}, {0}});
     static const int64_t lines[] = { 2, 3, 4, 7, 8, 9, 10, 11 };
     for (int r = 0; r < 8; r++) ck_assert_int_eq(em_table_line(t, r), lines[r]);
     em_table_free(t);
@@ -407,19 +402,10 @@ START_TEST(test_jsonl)
     ck_assert_msg(st == EM_OK, "%s", em_last_error());
     ck_assert_int_eq(em_table_rows(t), 4);
     ck_assert_int_eq(em_table_cols(t), 4);
-    ck_assert_str_eq(em_table_get(t, 0, 0), "hello");
-    ck_assert_str_eq(em_table_get(t, 0, 1), "1");
-    ck_assert_str_eq(em_table_get(t, 0, 2), "0.5");
-    ck_assert_str_eq(em_table_get(t, 0, 3), "true");
-    ck_assert_str_eq(em_table_get(t, 1, 0), "caf\xC3\xA9 \xF0\x9F\x98\x80\t\"");
-    ck_assert_str_eq(em_table_get(t, 1, 2), "1e+20");
-    ck_assert_str_eq(em_table_get(t, 1, 3), "false");
-    ck_assert_str_eq(em_table_get(t, 2, 0), "last");
-    ck_assert_str_eq(em_table_get(t, 2, 1), "-3");
-    ck_assert_str_eq(em_table_get(t, 2, 2), "1");
-    ck_assert_str_eq(em_table_get(t, 3, 0), "");
-    ck_assert_str_eq(em_table_get(t, 3, 1), "2");
-    ck_assert_str_eq(em_table_get(t, 3, 2), "0.1");
+    expect_cells(t, (const cell[]){{0, 0, "hello"}, {0, 1, "1"}, {0, 2, "0.5"}, {0, 3, "true"},
+                                      {1, 0, "caf\xC3\xA9 \xF0\x9F\x98\x80\t\""}, {1, 2, "1e+20"}, {1, 3, "false"},
+                                      {2, 0, "last"}, {2, 1, "-3"}, {2, 2, "1"}, {3, 0, ""}, {3, 1, "2"},
+                                      {3, 2, "0.1"}, {0}});
     ck_assert_int_eq(em_table_line(t, 1), 3);
     ck_assert_int_eq(em_table_line(t, 3), 5);
     em_table_free(t);
@@ -729,21 +715,6 @@ static void expect_clean(em_status st, em_table **tp, const em_tokenizer *tok)
     else walk_table(t, tok);
 }
 
-static char *read_all(const char *path, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    ck_assert_ptr_nonnull(f);
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)len + 1);
-    ck_assert_uint_eq(fread(s, 1, (size_t)len, f), (size_t)len);
-    fclose(f);
-    s[len] = 0;
-    *n = (size_t)len;
-    return s;
-}
-
 /* The same calls as tools/fuzz/fuzz_tokenizer.c. */
 static void tokenizer_input(const em_tokenizer *tok, const char *s)
 {
@@ -794,7 +765,7 @@ START_TEST(test_fuzz_regress)
                 expect_clean(em_table_read_jsonl(path, fields, 2, &t), &t, toks[0]);
             } else {
                 size_t n;
-                char *s = read_all(path, &n);
+                char *s = tu_read_file(path, &n);
                 for (int c = 0; c < 2; c++) tokenizer_input(toks[c], s);
                 free(s);
             }
@@ -810,55 +781,15 @@ END_TEST
 static Suite *make_suite(void)
 {
     Suite *s = suite_create("readers");
-    TCase *tc = tcase_create("sst2");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, test_sst2_tables);
-    tcase_add_test(tc, test_sst2_dataset);
-    tcase_add_test(tc, test_threads_identical);
-    suite_add_tcase(s, tc);
-
-    tc = tcase_create("formats");
-    tcase_add_test(tc, test_tsv);
-    tcase_add_test(tc, test_tsv_errors);
-    tcase_add_test(tc, test_utf8_errors);
-    tcase_add_test(tc, test_csv_quoting);
-    tcase_add_test(tc, test_csv_errors);
-    tcase_add_test(tc, test_jsonl);
-    tcase_add_test(tc, test_jsonl_errors);
-    suite_add_tcase(s, tc);
-
-    tc = tcase_create("dataset");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, test_labels);
-    tcase_add_test(tc, test_pairs_and_threads);
-    tcase_add_test(tc, test_empty_pair);
-    tcase_add_test(tc, test_fail_nth);
-    suite_add_tcase(s, tc);
-
-    tc = tcase_create("fuzz");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, test_fuzz_regress);
-    suite_add_tcase(s, tc);
-
-    tc = tcase_create("misuse");
-    tu_add_misuse_test(tc, test_misuse_get);
-    tu_add_misuse_test(tc, test_misuse_dataset_index);
-    tu_add_misuse_test(tc, test_misuse_csv_delimiter);
-    suite_add_tcase(s, tc);
+    tu_add_tests(tu_case(s, "sst2", 120), test_sst2_tables, test_sst2_dataset, test_threads_identical);
+    tu_add_tests(tu_case(s, "formats", 0), test_tsv, test_tsv_errors, test_utf8_errors, test_csv_quoting,
+                 test_csv_errors, test_jsonl, test_jsonl_errors);
+    tu_add_tests(tu_case(s, "dataset", 120), test_labels, test_pairs_and_threads, test_empty_pair,
+                 test_fail_nth);
+    tu_add_tests(tu_case(s, "fuzz", 120), test_fuzz_regress);
+    tu_add_misuse_tests(tu_case(s, "misuse", 0), test_misuse_get, test_misuse_dataset_index,
+                        test_misuse_csv_delimiter);
     return s;
 }
 
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb; (void)flag; (void)ftw;
-    return remove(path);
-}
-
-int main(void)
-{
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/ember-readers-XXXXXX");
-    if (!mkdtemp(tmpdir)) { perror("mkdtemp"); return 1; }
-    int rc = tu_run_suite(make_suite());
-    nftw(tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-    return rc;
-}
+int main(void) { return tu_run_suite_scratch(make_suite(), "readers"); }

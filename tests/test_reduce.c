@@ -268,25 +268,20 @@ START_TEST(test_large_fast_paths)
         for (int m = 1; m < 4; m++) check_float_ops(a, m, false);
         check_extremes(a);
         em_tensor *b = tu_rand_tensor(EM_SHAPE(150000, 3), EM_F32, -1, 1, 32, NULL);   /* narrow columns */
-        check_one(R_SUM, b, 1, 0, false, false);
-        check_one(R_VAR, b, 1, 1, true, false);
-        check_one(R_MAX, b, 1, 0, false, false);
-        check_one(R_SUM, b, 3, 0, false, true);
         em_tensor *c = tu_rand_tensor(EM_SHAPE(20000, 40), EM_F32, -1, 1, 33, NULL);    /* wide columns */
-        check_one(R_SUM, c, 1, 0, false, false);
-        check_one(R_LSE, c, 1, 0, false, false);
-        check_one(R_MIN, c, 1, 0, true, false);
-        check_one(R_ARGMAX, c, 1, 0, false, false);
-        check_one(R_NORM, c, 1, 2, false, false);
         em_tensor *d = tu_rand_tensor(EM_SHAPE(6, 20000, 5), EM_F64, -1, 1, 34, NULL);  /* middle dim */
-        check_one(R_SUM, d, 2, 0, false, false);
-        check_one(R_MEAN, d, 5, 0, true, false);
-        check_one(R_MAX, d, 2, 0, false, false);
-        check_one(R_SUM, em_transpose(d, 0, 2), 3, 0, false, false);
         em_tensor *h = tu_rand_tensor(EM_SHAPE(300, 700), EM_BF16, -1, 1, 35, NULL);
-        check_one(R_SUM, h, 1, 0, false, false);
-        check_one(R_SUM, h, 2, 0, false, false);
-        check_one(R_MAX, h, 1, 0, false, false);
+        const struct { int op; em_tensor *x; int mask; double param; bool keepdim, all_spelling; } cases[] = {
+            {R_SUM, b, 1, 0, false, false}, {R_VAR, b, 1, 1, true, false}, {R_MAX, b, 1, 0, false, false},
+            {R_SUM, b, 3, 0, false, true},
+            {R_SUM, c, 1, 0, false, false}, {R_LSE, c, 1, 0, false, false}, {R_MIN, c, 1, 0, true, false},
+            {R_ARGMAX, c, 1, 0, false, false}, {R_NORM, c, 1, 2, false, false},
+            {R_SUM, d, 2, 0, false, false}, {R_MEAN, d, 5, 0, true, false}, {R_MAX, d, 2, 0, false, false},
+            {R_SUM, em_transpose(d, 0, 2), 3, 0, false, false},
+            {R_SUM, h, 1, 0, false, false}, {R_SUM, h, 2, 0, false, false}, {R_MAX, h, 1, 0, false, false},
+        };
+        for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+            check_one(cases[i].op, cases[i].x, cases[i].mask, cases[i].param, cases[i].keepdim, cases[i].all_spelling);
     }
 }
 END_TEST
@@ -581,29 +576,14 @@ END_TEST
 static Suite *make_suite(void)
 {
     Suite *s = suite_create("reduce");
-    TCase *tc = tcase_create("forward");
-    tcase_add_test(tc, test_all_dim_sets_every_float_dtype);
-    tcase_add_test(tc, test_non_contiguous_views);
-    tcase_add_test(tc, test_large_fast_paths);
-    tcase_add_test(tc, test_sum_16m_accuracy_and_determinism);
-    tcase_add_test(tc, test_empty_tensors);
-    tcase_add_test(tc, test_scalar_input);
-    tcase_add_test(tc, test_integer_and_bool);
-    tcase_add_test(tc, test_index_tie_breaking);
-    tcase_add_test(tc, test_nan_and_inf);
-    tcase_add_test(tc, test_max_all_min_all);
-    suite_add_tcase(s, tc);
-    TCase *tm = tcase_create("misuse");
-    tu_add_misuse_test(tm, misuse_dim_out_of_range);
-    tu_add_misuse_test(tm, misuse_negative_dim_out_of_range);
-    tu_add_misuse_test(tm, misuse_duplicate_dim);
-    tu_add_misuse_test(tm, misuse_mean_of_int);
-    tu_add_misuse_test(tm, misuse_max_zero_size_dim);
-    tu_add_misuse_test(tm, misuse_argmax_zero_size_dim);
-    tu_add_misuse_test(tm, misuse_max_all_empty);
-    tu_add_misuse_test(tm, misuse_norm_bad_p);
-    tu_add_misuse_test(tm, misuse_var_bad_correction);
-    suite_add_tcase(s, tm);
+    tu_add_tests(tu_case(s, "forward", 0), test_all_dim_sets_every_float_dtype, test_non_contiguous_views,
+                 test_large_fast_paths, test_sum_16m_accuracy_and_determinism, test_empty_tensors,
+                 test_scalar_input, test_integer_and_bool, test_index_tie_breaking, test_nan_and_inf,
+                 test_max_all_min_all);
+    tu_add_misuse_tests(tu_case(s, "misuse", 0), misuse_dim_out_of_range, misuse_negative_dim_out_of_range,
+                        misuse_duplicate_dim, misuse_mean_of_int, misuse_max_zero_size_dim,
+                        misuse_argmax_zero_size_dim, misuse_max_all_empty, misuse_norm_bad_p,
+                        misuse_var_bad_correction);
     return s;
 }
 

@@ -453,30 +453,12 @@ END_TEST
 static Suite *make_suite(void)
 {
     Suite *s = suite_create("rng");
-    TCase *tc = tcase_create("rng");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, test_default_seed);
-    tcase_add_test(tc, test_philox_kat);
-    tcase_add_test(tc, test_element_mapping);
-    tcase_add_test(tc, test_batched_paths);
-    tcase_add_test(tc, test_uniform_stats);
-    tcase_add_test(tc, test_upper_bound_excluded);
-    tcase_add_test(tc, test_randn_stats);
-    tcase_add_test(tc, test_bernoulli_rate);
-    tcase_add_test(tc, test_replay);
-    tcase_add_test(tc, test_thread_independence);
-    tcase_add_test(tc, test_inplace_layouts);
-    tcase_add_test(tc, test_randperm);
-    suite_add_tcase(s, tc);
-    TCase *tm = tcase_create("misuse");
-    tu_add_misuse_test(tm, misuse_rand_int);
-    tu_add_misuse_test(tm, misuse_bernoulli_p);
-    tu_add_misuse_test(tm, misuse_uniform_bounds);
-    tu_add_misuse_test(tm, misuse_normal_int);
-    tu_add_misuse_test(tm, misuse_uniform_expanded);
-    tu_add_misuse_test(tm, misuse_randn_shape);
-    tu_add_misuse_test(tm, misuse_randperm);
-    suite_add_tcase(s, tm);
+    tu_add_tests(tu_case(s, "rng", 120), test_default_seed, test_philox_kat, test_element_mapping,
+                 test_batched_paths, test_uniform_stats, test_upper_bound_excluded, test_randn_stats,
+                 test_bernoulli_rate, test_replay, test_thread_independence, test_inplace_layouts,
+                 test_randperm);
+    tu_add_misuse_tests(tu_case(s, "misuse", 0), misuse_rand_int, misuse_bernoulli_p, misuse_uniform_bounds,
+                        misuse_normal_int, misuse_uniform_expanded, misuse_randn_shape, misuse_randperm);
     return s;
 }
 

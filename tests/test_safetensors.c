@@ -6,7 +6,6 @@
 
 #include <dirent.h>
 #include <errno.h>
-#include <ftw.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,55 +14,6 @@
 #include <unistd.h>
 
 /* ---- helpers -------------------------------------------------------------- */
-
-static char tmpdir[256];
-
-static void make_tmpdir(void)
-{
-    const char *root = getenv("TMPDIR");
-    snprintf(tmpdir, sizeof tmpdir, "%s/ember-st-XXXXXX", root && *root ? root : "/tmp");
-    ck_assert_ptr_nonnull(mkdtemp(tmpdir));
-}
-
-static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb; (void)flag; (void)ftw;
-    return remove(p);
-}
-static void remove_tmpdir(void) { nftw(tmpdir, rm_one, 16, FTW_DEPTH | FTW_PHYS); }
-
-/* tmpdir/name, in a small ring of buffers */
-static const char *tpath(const char *name)
-{
-    static char bufs[4][512];
-    static int k;
-    char *b = bufs[k++ % 4];
-    snprintf(b, 512, "%s/%s", tmpdir, name);
-    return b;
-}
-
-static void write_bytes(const char *path, const void *data, size_t n)
-{
-    FILE *f = fopen(path, "wb");
-    ck_assert_ptr_nonnull(f);
-    ck_assert_uint_eq(fwrite(data, 1, n, f), n);
-    ck_assert_int_eq(fclose(f), 0);
-}
-
-/* The whole file; *n gets its size. Caller frees. */
-static uint8_t *read_bytes(const char *path, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    ck_assert_ptr_nonnull(f);
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *b = malloc((size_t)len + 1);
-    ck_assert_uint_eq(fread(b, 1, (size_t)len, f), (size_t)len);
-    fclose(f);
-    *n = (size_t)len;
-    return b;
-}
 
 /* A safetensors file from raw parts: LE u64 length of header, header, then
  * data_len bytes of data (zeros when data is NULL). */
@@ -74,14 +24,14 @@ static void write_st(const char *path, const char *header, const void *data, siz
     for (int i = 0; i < 8; i++) b[i] = (uint8_t)((uint64_t)hl >> (8 * i));
     memcpy(b + 8, header, hl);
     if (data) memcpy(b + 8 + hl, data, data_len);
-    write_bytes(path, b, 8 + hl + data_len);
+    tu_write_file(path, b, 8 + hl + data_len);
     free(b);
 }
 
-/* Entries of tmpdir whose name contains ".tmp." (leftover temporaries). */
+/* Entries of the scratch directory whose name contains ".tmp." (leftover temporaries). */
 static int count_temporaries(void)
 {
-    DIR *d = opendir(tmpdir);
+    DIR *d = opendir(tu_scratch());
     ck_assert_ptr_nonnull(d);
     int n = 0;
     for (struct dirent *e; (e = readdir(d));)
@@ -145,7 +95,6 @@ static const char *dt_tag[EM_NUM_DTYPES] = {"f32", "f64", "f16", "bf16", "i64", 
 
 START_TEST(round_trip_every_dtype)
 {
-    make_tmpdir();
     int64_t base = tu_live_bytes();
     enum { PER = 4 };
     em_tensor *ts[EM_NUM_DTYPES * PER];
@@ -169,7 +118,7 @@ START_TEST(round_trip_every_dtype)
     ts[EM_I64 * PER] = em_from_data(big, EM_SHAPE(2, 2), EM_I64);
     for (int i = 0; i < n; i++) np[i] = names[i];
 
-    const char *path = tpath("all.safetensors");
+    const char *path = tu_scratch_path("all.safetensors");
     ck_assert_int_eq(em_safetensors_save(path, n, np, ts, 0, NULL, NULL), EM_OK);
     ck_assert_int_eq(count_temporaries(), 0);
 
@@ -192,13 +141,11 @@ START_TEST(round_trip_every_dtype)
     em_safetensors_close(st);
     for (int i = 0; i < n; i++) em_release(ts[i]);
     ck_assert_int_eq(tu_live_bytes(), base);
-    remove_tmpdir();
 }
 END_TEST
 
 START_TEST(round_trip_non_contiguous)
 {
-    make_tmpdir();
     int64_t base = tu_live_bytes();
     const em_dtype dts[] = {EM_F32, EM_F16, EM_I64, EM_BOOL, EM_F64};
     em_tensor *owners[16], *ts[32];
@@ -228,7 +175,7 @@ START_TEST(round_trip_non_contiguous)
     for (int i = 0; i < 4; i++) ck_assert_msg(!em_is_contiguous(ts[i]), "%s is contiguous", names[i]);
     ck_assert(!em_is_contiguous(ts[n - 1]));
 
-    const char *path = tpath("views.safetensors");
+    const char *path = tu_scratch_path("views.safetensors");
     ck_assert_int_eq(em_safetensors_save(path, n, np, ts, 0, NULL, NULL), EM_OK);
     em_safetensors *st = NULL;
     ck_assert_int_eq(em_safetensors_open(path, &st), EM_OK);
@@ -241,17 +188,15 @@ START_TEST(round_trip_non_contiguous)
     for (int i = 0; i < n; i++) em_release(ts[i]);
     for (int i = 0; i < no; i++) em_release(owners[i]);
     ck_assert_int_eq(tu_live_bytes(), base);
-    remove_tmpdir();
 }
 END_TEST
 
 START_TEST(metadata_round_trip)
 {
-    make_tmpdir();
     const char *keys[] = {"format", "quote\"back\\slash", "\xc3\xbcnic\xc3\xb8" "de", "empty"};
     const char *vals[] = {"pt", "line\nbreak\ttab\x01" "ctl/", "\xe5\x80\xa4", ""};
     em_tensor *t = filled(2, EM_F32, 1);
-    const char *path = tpath("meta.safetensors");
+    const char *path = tu_scratch_path("meta.safetensors");
     ck_assert_int_eq(em_safetensors_save(path, 1, (const char *[]){"w"}, &t, 4, keys, vals), EM_OK);
     em_safetensors *st = NULL;
     ck_assert_int_eq(em_safetensors_open(path, &st), EM_OK);
@@ -264,7 +209,7 @@ START_TEST(metadata_round_trip)
     em_safetensors_close(st);
 
     /* metadata only, no tensors */
-    const char *p2 = tpath("only-meta.safetensors");
+    const char *p2 = tu_scratch_path("only-meta.safetensors");
     ck_assert_int_eq(em_safetensors_save(p2, 0, NULL, NULL, 1, keys, vals), EM_OK);
     ck_assert_int_eq(em_safetensors_open(p2, &st), EM_OK);
     ck_assert_int_eq(em_safetensors_count(st), 0);
@@ -272,15 +217,14 @@ START_TEST(metadata_round_trip)
     em_safetensors_close(st);
 
     /* no metadata: no "__metadata__" key at all */
-    const char *p3 = tpath("no-meta.safetensors");
+    const char *p3 = tu_scratch_path("no-meta.safetensors");
     ck_assert_int_eq(em_safetensors_save(p3, 1, (const char *[]){"w"}, &t, 0, NULL, NULL), EM_OK);
     size_t len;
-    uint8_t *b = read_bytes(p3, &len);
+    uint8_t *b = (uint8_t *)tu_read_file(p3, &len);
     b[len] = 0;
     ck_assert_ptr_null(strstr((char *)b + 8, "__metadata__"));
     free(b);
     em_release(t);
-    remove_tmpdir();
 }
 END_TEST
 
@@ -289,7 +233,6 @@ END_TEST
  * name; compact JSON; header padded with spaces to a multiple of 8. */
 START_TEST(header_layout_matches_python_writer)
 {
-    make_tmpdir();
     float b[2] = {1.0f, -2.5f};
     int64_t a = -7;
     uint8_t c[3] = {1, 0, 1};
@@ -297,7 +240,7 @@ START_TEST(header_layout_matches_python_writer)
     em_tensor *ts[4] = {em_from_data(b, EM_SHAPE(2), EM_F32), em_from_data(&a, EM_SHAPE(1), EM_I64),
                         em_from_data(c, EM_SHAPE(3), EM_BOOL), em_from_data(&d, 0, NULL, EM_BF16)};
     const char *names[4] = {"b", "a", "c", "d"};
-    const char *path = tpath("layout.safetensors");
+    const char *path = tu_scratch_path("layout.safetensors");
     ck_assert_int_eq(em_safetensors_save(path, 4, names, ts, 1, (const char *[]){"format"}, (const char *[]){"pt"}),
                      EM_OK);
     const char *json = "{\"__metadata__\":{\"format\":\"pt\"},"
@@ -306,7 +249,7 @@ START_TEST(header_layout_matches_python_writer)
                        "\"d\":{\"dtype\":\"BF16\",\"shape\":[],\"data_offsets\":[16,18]},"
                        "\"c\":{\"dtype\":\"BOOL\",\"shape\":[3],\"data_offsets\":[18,21]}}";
     size_t jl = strlen(json), hl = (jl + 7) / 8 * 8, len;
-    uint8_t *f = read_bytes(path, &len);
+    uint8_t *f = (uint8_t *)tu_read_file(path, &len);
     ck_assert_uint_eq(len, 8 + hl + 21);
     uint64_t got_hl = 0;
     for (int i = 7; i >= 0; i--) got_hl = got_hl << 8 | f[i];
@@ -326,7 +269,6 @@ START_TEST(header_layout_matches_python_writer)
     for (int i = 0; i < 4; i++) ck_assert_str_eq(em_safetensors_name(st, i), order[i]);
     em_safetensors_close(st);
     for (int i = 0; i < 4; i++) em_release(ts[i]);
-    remove_tmpdir();
 }
 END_TEST
 
@@ -334,7 +276,6 @@ END_TEST
  * (tools/make-safetensors-fixture.py); the values are restated here. */
 START_TEST(torch_fixture)
 {
-    make_tmpdir();
     int64_t base = tu_live_bytes();
     const char *fx = tu_fixture_path("st_torch.safetensors");
     em_safetensors *st = NULL;
@@ -405,11 +346,11 @@ START_TEST(torch_fixture)
     for (int i = 0; i < 7; i++) ck_assert_int_eq(((uint8_t *)em_data_ptr(t[9]))[i], i % 3 == 0);
 
     /* Saved back by ember, the file is byte-identical to the one PyTorch wrote. */
-    const char *out = tpath("resaved.safetensors");
+    const char *out = tu_scratch_path("resaved.safetensors");
     const char *meta_k[] = {"format"}, *meta_v[] = {"pt"};
     ck_assert_int_eq(em_safetensors_save(out, N, order, t, 1, meta_k, meta_v), EM_OK);
     size_t la, lb;
-    uint8_t *a = read_bytes(fx, &la), *b = read_bytes(out, &lb);
+    uint8_t *a = (uint8_t *)tu_read_file(fx, &la), *b = (uint8_t *)tu_read_file(out, &lb);
     ck_assert_uint_eq(la, lb);
     ck_assert_msg(memcmp(a, b, la) == 0, "ember's file differs from the PyTorch-written fixture");
     free(a);
@@ -421,7 +362,6 @@ START_TEST(torch_fixture)
     for (int i = 0; i < N; i++) em_release(t[i]);
     em_safetensors_close(st);
     ck_assert_int_eq(tu_live_bytes(), base);
-    remove_tmpdir();
 }
 END_TEST
 
@@ -430,7 +370,6 @@ END_TEST
  * and BOOL bytes other than 0/1 (read as true). */
 START_TEST(reads_unaligned_and_loose_headers)
 {
-    make_tmpdir();
     double v[2] = {1.0 / 3, -1e300};
     uint8_t data[16 + 3];
     memcpy(data, v, 16);
@@ -440,7 +379,7 @@ START_TEST(reads_unaligned_and_loose_headers)
     const char *h = " { \"m\" : {\"data_offsets\":[16,19], \"shape\":[3], \"dtype\":\"BOOL\", \"extra\": null},\n"
                     "\"d\":{\"dtype\":\"F64\",\"shape\":[2],\"data_offsets\":[0,16]}}\n ";
     ck_assert_uint_ne(strlen(h) % 8, 0);
-    const char *path = tpath("loose.safetensors");
+    const char *path = tu_scratch_path("loose.safetensors");
     write_st(path, h, data, sizeof data);
     em_safetensors *st = NULL;
     ck_assert_msg(em_safetensors_open(path, &st) == EM_OK, "%s", em_last_error());
@@ -454,24 +393,22 @@ START_TEST(reads_unaligned_and_loose_headers)
     em_release(d);
     em_release(m);
     em_safetensors_close(st);
-    remove_tmpdir();
 }
 END_TEST
 
 START_TEST(missing_file_and_missing_tensor)
 {
-    make_tmpdir();
     em_safetensors *st = (em_safetensors *)1;
-    const char *path = tpath("nope.safetensors");
+    const char *path = tu_scratch_path("nope.safetensors");
     ck_assert_int_eq(em_safetensors_open(path, &st), EM_ERR_NOT_FOUND);
     ck_assert_ptr_null(st);
     assert_error_mentions(path, "No such file");
 
-    ck_assert_int_eq(em_safetensors_open(tmpdir, &st), EM_ERR_IO);
-    assert_error_mentions(tmpdir, "not a regular file");
+    ck_assert_int_eq(em_safetensors_open(tu_scratch(), &st), EM_ERR_IO);
+    assert_error_mentions(tu_scratch(), "not a regular file");
 
     em_tensor *t = filled(2, EM_F32, 0);
-    path = tpath("one.safetensors");
+    path = tu_scratch_path("one.safetensors");
     ck_assert_int_eq(em_safetensors_save(path, 1, (const char *[]){"w"}, &t, 0, NULL, NULL), EM_OK);
     ck_assert_int_eq(em_safetensors_open(path, &st), EM_OK);
     em_clear_error();
@@ -480,7 +417,6 @@ START_TEST(missing_file_and_missing_tensor)
     assert_error_mentions(path, "no tensor named 'w2'");
     em_safetensors_close(st);
     em_release(t);
-    remove_tmpdir();
 }
 END_TEST
 
@@ -488,22 +424,20 @@ END_TEST
 
 START_TEST(save_into_missing_directory_fails_cleanly)
 {
-    make_tmpdir();
     em_tensor *t = filled(3, EM_F32, 1);
-    const char *path = tpath("no-such-dir/x.safetensors");
+    const char *path = tu_scratch_path("no-such-dir/x.safetensors");
     em_status s = em_safetensors_save(path, 1, (const char *[]){"w"}, &t, 0, NULL, NULL);
     ck_assert_int_ne(s, EM_OK);
     ck_assert(s == EM_ERR_NOT_FOUND || s == EM_ERR_IO);
     assert_error_mentions(path, "No such file");
     struct stat sb;
-    ck_assert_int_ne(stat(tpath("no-such-dir"), &sb), 0);
-    DIR *d = opendir(tmpdir);
+    ck_assert_int_ne(stat(tu_scratch_path("no-such-dir"), &sb), 0);
+    DIR *d = opendir(tu_scratch());
     int entries = 0;
     for (struct dirent *e; (e = readdir(d));) entries += e->d_name[0] != '.';
     closedir(d);
     ck_assert_int_eq(entries, 0);
     em_release(t);
-    remove_tmpdir();
 }
 END_TEST
 
@@ -511,10 +445,9 @@ END_TEST
  * temporary must go, the directory must stay. */
 START_TEST(save_over_a_directory_removes_the_temporary)
 {
-    make_tmpdir();
-    const char *path = tpath("adir");
+    const char *path = tu_scratch_path("adir");
     ck_assert_int_eq(mkdir(path, 0755), 0);
-    ck_assert_int_eq(mkdir(tpath("adir/inner"), 0755), 0);
+    ck_assert_int_eq(mkdir(tu_scratch_path("adir/inner"), 0755), 0);
     em_tensor *t = filled(3, EM_F32, 1);
     ck_assert_int_eq(em_safetensors_save(path, 1, (const char *[]){"w"}, &t, 0, NULL, NULL), EM_ERR_IO);
     assert_error_mentions(path, "renaming");
@@ -523,7 +456,6 @@ START_TEST(save_over_a_directory_removes_the_temporary)
     ck_assert(S_ISDIR(sb.st_mode));
     ck_assert_int_eq(count_temporaries(), 0);
     em_release(t);
-    remove_tmpdir();
 }
 END_TEST
 
@@ -531,12 +463,11 @@ END_TEST
  * no temporary is left, nothing leaks; once enough succeed the save lands. */
 START_TEST(failed_save_keeps_the_old_file)
 {
-    make_tmpdir();
-    const char *path = tpath("model.safetensors");
+    const char *path = tu_scratch_path("model.safetensors");
     em_tensor *old = filled(4, EM_F32, 1.5);
     ck_assert_int_eq(em_safetensors_save(path, 1, (const char *[]){"old"}, &old, 0, NULL, NULL), EM_OK);
     size_t old_len;
-    uint8_t *old_bytes = read_bytes(path, &old_len);
+    uint8_t *old_bytes = (uint8_t *)tu_read_file(path, &old_len);
 
     em_tensor *a = tu_rand_tensor(EM_SHAPE(5, 7), EM_F32, -1, 1, 5, NULL);
     em_tensor *at = em_transpose(a, 0, 1);   /* non-contiguous: needs the scratch buffer */
@@ -555,7 +486,7 @@ START_TEST(failed_save_keeps_the_old_file)
         assert_error_mentions(path, "out of memory");
         failed_mid_write |= strstr(em_last_error(), "writing tensor 'at'") != NULL;
         size_t len;
-        uint8_t *now = read_bytes(path, &len);
+        uint8_t *now = (uint8_t *)tu_read_file(path, &len);
         ck_assert_uint_eq(len, old_len);
         ck_assert_int_eq(memcmp(now, old_bytes, len), 0);
         free(now);
@@ -577,7 +508,6 @@ START_TEST(failed_save_keeps_the_old_file)
     em_release(at);
     em_release(a);
     em_release(old);
-    remove_tmpdir();
 }
 END_TEST
 
@@ -597,7 +527,6 @@ typedef struct corrupt_case {
 
 START_TEST(corrupt_files_are_rejected)
 {
-    make_tmpdir();
     int64_t base = tu_live_bytes();
     static const uint8_t len_100[13] = {100, 0, 0, 0, 0, 0, 0, 0, '{', '}', ' ', ' ', ' '};
     static const uint8_t len_cap[8] = {0x01, 0xe1, 0xf5, 0x05, 0, 0, 0, 0};   /* 100000001 */
@@ -678,9 +607,9 @@ START_TEST(corrupt_files_are_rejected)
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         const corrupt_case *c = &cases[i];
-        const char *path = tpath(c->file);
+        const char *path = tu_scratch_path(c->file);
         if (c->header) write_st(path, c->header, NULL, c->data_len);
-        else write_bytes(path, c->raw, c->raw_len);
+        else tu_write_file(path, c->raw, c->raw_len);
         em_clear_error();
         em_safetensors *st = (em_safetensors *)1;
         em_status s = em_safetensors_open(path, &st);
@@ -693,7 +622,7 @@ START_TEST(corrupt_files_are_rejected)
 
     /* a good file, truncated in its data section */
     em_tensor *t = filled(10, EM_F64, 1);
-    const char *path = tpath("truncated.safetensors");
+    const char *path = tu_scratch_path("truncated.safetensors");
     ck_assert_int_eq(em_safetensors_save(path, 1, (const char *[]){"w"}, &t, 0, NULL, NULL), EM_OK);
     struct stat sb;
     ck_assert_int_eq(stat(path, &sb), 0);
@@ -703,7 +632,6 @@ START_TEST(corrupt_files_are_rejected)
     assert_error_mentions(path, "tensor 'w': data_offsets [0, 80] run past the end of the data section (77 bytes; is the file truncated?)");
     em_release(t);
     ck_assert_int_eq(tu_live_bytes(), base);
-    remove_tmpdir();
 }
 END_TEST
 
@@ -711,8 +639,7 @@ END_TEST
 
 static void oom_open_get_loop(bool sticky)
 {
-    make_tmpdir();
-    const char *path = tpath("oom.safetensors");
+    const char *path = tu_scratch_path("oom.safetensors");
     em_tensor *ts[3] = {tu_rand_tensor(EM_SHAPE(3, 4), EM_F32, -1, 1, 1, NULL),
                         tu_rand_tensor(EM_SHAPE(5), EM_I64, -9, 9, 2, NULL),
                         em_empty(EM_SHAPE(0, 2), EM_BF16, EM_CPU)};
@@ -748,13 +675,10 @@ static void oom_open_get_loop(bool sticky)
     }
     ck_assert_msg(completed > 5, "open+get finished after only %d allocations", completed);
     for (int i = 0; i < 3; i++) em_release(ts[i]);
-    remove_tmpdir();
 }
 
-START_TEST(oom_at_every_allocation_of_open_and_get) { oom_open_get_loop(false); }
-END_TEST
-START_TEST(oom_sticky_at_every_allocation_of_open_and_get) { oom_open_get_loop(true); }
-END_TEST
+TU_TEST(oom_at_every_allocation_of_open_and_get, oom_open_get_loop(false))
+TU_TEST(oom_sticky_at_every_allocation_of_open_and_get, oom_open_get_loop(true))
 
 /* ---- misuse ---------------------------------------------------------------------- */
 
@@ -787,13 +711,13 @@ END_TEST
 
 START_TEST(misuse_name_index_out_of_range)
 {
-    make_tmpdir();
+    ck_assert_ptr_nonnull(tu_scratch_new("st"));
     em_tensor *t = filled(1, EM_F32, 1);
-    const char *path = tpath("one.safetensors");
+    const char *path = tu_scratch_path("one.safetensors");
     ck_assert_int_eq(em_safetensors_save(path, 1, (const char *[]){"w"}, &t, 0, NULL, NULL), EM_OK);
     em_safetensors *st = NULL;
     ck_assert_int_eq(em_safetensors_open(path, &st), EM_OK);
-    remove_tmpdir();
+    tu_scratch_remove();
     tu_expect_misuse("em_safetensors_name: index 1 out of range for a file of 1 tensors");
     em_safetensors_name(st, 1);
 }
@@ -804,11 +728,10 @@ END_TEST
  * the file, a damaged checksum field too; plain saves carry no key. */
 START_TEST(checked_save_refuses_a_damaged_byte)
 {
-    make_tmpdir();
     em_tensor *ids = em_arange(0, 6, 1, EM_I64, EM_CPU), *ids23 = em_reshape(ids, EM_SHAPE(2, 3));
     em_tensor *ts[2] = {filled(1000, EM_F32, 0.25), em_transpose(ids23, 0, 1)};   /* one strided */
     const char *names[2] = {"w", "ids"};
-    const char *path = tpath("checked.safetensors"), *plain = tpath("plain.safetensors");
+    const char *path = tu_scratch_path("checked.safetensors"), *plain = tu_scratch_path("plain.safetensors");
     ck_assert_int_eq(em_safetensors_save_checked(path, 2, names, ts, 1, (const char *[]){"format"},
                                                  (const char *[]){"pt"}), EM_OK);
     ck_assert_int_eq(em_safetensors_save(plain, 2, names, ts, 0, NULL, NULL), EM_OK);
@@ -824,14 +747,14 @@ START_TEST(checked_save_refuses_a_damaged_byte)
     em_safetensors_close(st);
 
     size_t len;
-    uint8_t *good = read_bytes(path, &len);
+    uint8_t *good = (uint8_t *)tu_read_file(path, &len);
     uint64_t hl = 0;
     for (int i = 7; i >= 0; i--) hl = hl << 8 | good[i];
-    const char *damaged = tpath("damaged.safetensors");
+    const char *damaged = tu_scratch_path("damaged.safetensors");
     size_t spots[3] = {8 + (size_t)hl, 8 + (size_t)hl + 2001, len - 1};   /* first, middle, last data byte */
     for (int k = 0; k < 3; k++) {
         good[spots[k]] ^= 0x10;
-        write_bytes(damaged, good, len);
+        tu_write_file(damaged, good, len);
         good[spots[k]] ^= 0x10;
         em_clear_error();
         ck_assert_int_eq(em_safetensors_open(damaged, &st), EM_ERR_FORMAT);
@@ -841,7 +764,7 @@ START_TEST(checked_save_refuses_a_damaged_byte)
     char *field = memmem(good + 8, (size_t)hl, "\"ember_crc32c\":\"", 16);
     ck_assert_ptr_nonnull(field);
     field[16] = 'x';
-    write_bytes(damaged, good, len);
+    tu_write_file(damaged, good, len);
     ck_assert_int_eq(em_safetensors_open(damaged, &st), EM_ERR_FORMAT);
     ck_assert_msg(strstr(em_last_error(), "not 8 hex digits"), "%s", em_last_error());
     free(good);
@@ -849,7 +772,6 @@ START_TEST(checked_save_refuses_a_damaged_byte)
     em_release(ts[1]);
     em_release(ids23);
     em_release(ids);
-    remove_tmpdir();
 }
 END_TEST
 
@@ -865,28 +787,14 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("safetensors");
-    TCase *tc = tcase_create("safetensors");
-    tcase_add_test(tc, round_trip_every_dtype);
-    tcase_add_test(tc, checked_save_refuses_a_damaged_byte);
-    tcase_add_test(tc, round_trip_non_contiguous);
-    tcase_add_test(tc, metadata_round_trip);
-    tcase_add_test(tc, header_layout_matches_python_writer);
-    tcase_add_test(tc, torch_fixture);
-    tcase_add_test(tc, reads_unaligned_and_loose_headers);
-    tcase_add_test(tc, missing_file_and_missing_tensor);
-    tcase_add_test(tc, save_into_missing_directory_fails_cleanly);
-    tcase_add_test(tc, save_over_a_directory_removes_the_temporary);
-    tcase_add_test(tc, failed_save_keeps_the_old_file);
-    tcase_add_test(tc, corrupt_files_are_rejected);
-    tcase_add_test(tc, oom_at_every_allocation_of_open_and_get);
-    tcase_add_test(tc, oom_sticky_at_every_allocation_of_open_and_get);
-    suite_add_tcase(s, tc);
-    TCase *tm = tcase_create("misuse");
-    tu_add_misuse_test(tm, misuse_duplicate_names);
-    tu_add_misuse_test(tm, misuse_reserved_name);
-    tu_add_misuse_test(tm, misuse_reserved_checksum_key);
-    tu_add_misuse_test(tm, misuse_duplicate_metadata_key);
-    tu_add_misuse_test(tm, misuse_name_index_out_of_range);
-    suite_add_tcase(s, tm);
+    TCase *tc = tu_scratch_per_test(tu_case(s, "safetensors", 0), "st");
+    tu_add_tests(tc, round_trip_every_dtype, checked_save_refuses_a_damaged_byte, round_trip_non_contiguous, metadata_round_trip, header_layout_matches_python_writer,
+                 torch_fixture, reads_unaligned_and_loose_headers, missing_file_and_missing_tensor,
+                 save_into_missing_directory_fails_cleanly, save_over_a_directory_removes_the_temporary,
+                 failed_save_keeps_the_old_file, corrupt_files_are_rejected,
+                 oom_at_every_allocation_of_open_and_get, oom_sticky_at_every_allocation_of_open_and_get);
+    tu_add_misuse_tests(tu_case(s, "misuse", 0), misuse_duplicate_names, misuse_reserved_name,
+                        misuse_reserved_checksum_key, misuse_duplicate_metadata_key,
+                        misuse_name_index_out_of_range);
     return tu_run_suite(s);
 }

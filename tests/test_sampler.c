@@ -292,14 +292,7 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("sampler");
-    TCase *tc = tcase_create("core");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, test_fixture_grid);
-    tcase_add_test(tc, test_properties);
-    tcase_add_test(tc, test_large_world);
-    tcase_add_test(tc, test_shuffle_epochs);
-    tcase_add_test(tc, test_invalid_options);
-    tcase_add_test(tc, test_oom);
-    suite_add_tcase(s, tc);
+    tu_add_tests(tu_case(s, "core", 120), test_fixture_grid, test_properties, test_large_world,
+                 test_shuffle_epochs, test_invalid_options, test_oom);
     return tu_run_suite(s);
 }

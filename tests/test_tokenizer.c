@@ -3,15 +3,13 @@
  *     (10,570 SQuAD questions, 2,310 SST-2 sentences), id for id;
  *   - tables of tricky cases (specials, accents, final sigma, CJK, controls,
  *     never_split, long words, pair truncation, decode) that HF's Python
- *     BertTokenizer tokenized under several options: tokenizer_hf_cases.h,
+ *     BertTokenizer tokenized under several options: tests/fixtures/tokenizer-hf,
  *     written by tools/make-tokenizer-cases.py;
  *   - errors: invalid UTF-8 with its offset, bad vocabulary files naming
  *     file:line, impossible max_length, failed allocations;
  *   - batches on threads equal single encodes; the `ember tokenize` command. */
-#include "check_util.h"
-#include "data/data.h"
+#include "tok_util.h"
 
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,76 +24,12 @@ static em_tokenizer *load_bert(const em_tokenizer_opts *o)
     return t;
 }
 
-static int ids_len(const int32_t *ids, int32_t end)
-{
-    int n = 0;
-    while (ids[n] != end) n++;
-    return n;
-}
-
-static char *ids_str(const int32_t *ids, int n)
-{
-    static char buf[8192];
-    size_t k = 0;
-    buf[0] = 0;
-    for (int i = 0; i < n && k < sizeof buf - 16; i++) k += (size_t)snprintf(buf + k, sizeof buf - k, i ? " %d" : "%d", ids[i]);
-    return buf;
-}
-
 /* ---- golden files ------------------------------------------------------------ */
-/* Splits a TSV line in place into at most max fields; returns the count. */
-static int split_tab(char *line, char **f, int max)
-{
-    int n = 0;
-    line[strcspn(line, "\n")] = 0;
-    f[n++] = line;
-    for (char *p = line; *p && n < max; p++)
-        if (*p == '\t') { *p = 0; f[n++] = p + 1; }
-    return n;
-}
-
-static int parse_ids(const char *s, int32_t *ids, int cap)
-{
-    int n = 0;
-    char *end;
-    for (long v = strtol(s, &end, 10); end != s && n < cap; v = strtol(s, &end, 10)) {
-        ids[n++] = (int32_t)v;
-        s = end;
-    }
-    return n;
-}
-
-/* Encodes column text_col of every row and compares with the ids in ids_col. */
 static void check_golden(const char *rel, int ncols, int text_col, int ids_col, int expect_rows)
 {
     em_tokenizer *t = load_bert(NULL);
-    FILE *f = fopen(tu_shared_path(rel), "r");
-    ck_assert_msg(f, "cannot open %s", tu_shared_path(rel));
-    char *line = NULL;
-    size_t cap = 0;
-    ck_assert(getline(&line, &cap, f) > 0);   /* header */
-    int rows = 0, bad = 0;
-    while (getline(&line, &cap, f) > 0) {
-        char *col[8];
-        ck_assert_int_eq(split_tab(line, col, ncols), ncols);
-        int32_t want[512];
-        int nw = parse_ids(col[ids_col], want, 512);
-        em_encoding e;
-        em_status st = em_tokenizer_encode(t, col[text_col], NULL, &e);
-        ck_assert_msg(st == EM_OK, "row %d: %s", rows, em_last_error());
-        bool same = e.len == nw && memcmp(e.ids, want, (size_t)nw * sizeof *want) == 0;
-        if (!same && ++bad <= 5) {
-            fprintf(stderr, "%s row %d mismatch: text \"%s\"\n  want %s\n", rel, rows, col[text_col], ids_str(want, nw));
-            fprintf(stderr, "  got  %s\n", ids_str(e.ids, e.len));
-        }
-        em_encoding_free(&e);
-        rows++;
-    }
-    free(line);
-    fclose(f);
+    tu_check_golden(t, rel, ncols, text_col, ids_col, expect_rows, "from Hugging Face (first ones above)");
     em_tokenizer_free(t);
-    ck_assert_int_eq(rows, expect_rows);
-    ck_assert_msg(bad == 0, "%s: %d of %d rows differ from Hugging Face (first ones above)", rel, bad, rows);
 }
 
 START_TEST(golden_squad)
@@ -110,82 +44,49 @@ START_TEST(golden_sst2)
 }
 END_TEST
 
-/* ---- tables of HF outputs ------------------------------------------------------ */
-typedef struct { const char *text; int32_t ids[64]; } tk_case;
-typedef struct { const char *a, *b; int max_length; int32_t ids[32], type_ids[32]; } tk_pair_case;
-typedef struct { int32_t ids[48]; int skip, clean; const char *text; } tk_decode_case;
-
-#include "tokenizer_hf_cases.h"
-
-static void check_cases(const em_tokenizer_opts *o, const tk_case *c, int n, const char *name)
+/* ---- tables of HF outputs (tests/fixtures/tokenizer-hf) -------------------------- */
+/* Every case of tokenizer-hf/<name>.tsv through the vocabulary with options o. */
+static void check_cases(const em_tokenizer_opts *o, const char *name)
 {
     em_tokenizer *t = load_bert(o);
-    int bad = 0;
-    for (int i = 0; i < n; i++) {
-        em_encoding e;
-        ck_assert_msg(em_tokenizer_encode(t, c[i].text, NULL, &e) == EM_OK, "%s", em_last_error());
-        int nw = ids_len(c[i].ids, -1);
-        if (e.len != nw || memcmp(e.ids, c[i].ids, (size_t)nw * sizeof(int32_t)) != 0) {
-            bad++;
-            fprintf(stderr, "%s case %d \"%s\"\n  want %s\n", name, i, c[i].text, ids_str(c[i].ids, nw));
-            fprintf(stderr, "  got  %s\n", ids_str(e.ids, e.len));
-        }
-        for (int k = 0; k < e.len; k++) {
-            ck_assert_int_eq(e.type_ids[k], 0);
-            ck_assert_int_eq(e.attention_mask[k], 1);
-        }
-        em_encoding_free(&e);
-    }
+    char rel[128];
+    snprintf(rel, sizeof rel, "tokenizer-hf/%s.tsv", name);
+    int n, bad = tu_compare_cases(t, tu_fixture_path(rel), &n);
     em_tokenizer_free(t);
+    ck_assert_msg(n > 0, "%s: no cases", rel);
     ck_assert_msg(bad == 0, "%s: %d of %d cases differ from HF", name, bad, n);
 }
-#define CASES(o, arr) check_cases(o, arr, (int)(sizeof arr / sizeof *arr), #arr)
 
-START_TEST(hf_cases_uncased) { CASES(NULL, uncased_cases); }
-END_TEST
-START_TEST(hf_cases_cased) { CASES(&((em_tokenizer_opts){ .do_lower_case = EM_TOK_OFF }), cased_cases); }
-END_TEST
-START_TEST(hf_cases_keep_accents)
-{
-    CASES(&((em_tokenizer_opts){ .strip_accents = EM_TOK_OFF }), lower_keep_accents_cases);
-}
-END_TEST
-START_TEST(hf_cases_cased_strip)
-{
-    CASES(&((em_tokenizer_opts){ .do_lower_case = EM_TOK_OFF, .strip_accents = EM_TOK_ON }), cased_strip_cases);
-}
-END_TEST
-START_TEST(hf_cases_no_chinese)
-{
-    CASES(&((em_tokenizer_opts){ .tokenize_chinese_chars = EM_TOK_OFF }), no_chinese_cases);
-}
-END_TEST
-START_TEST(hf_cases_never_split)
-{
-    static const char *const never[] = { "hello!", "UPPER", "[x]", "caf\303\251", "notinvocab", NULL };
-    CASES(&((em_tokenizer_opts){ .never_split = never }), never_split_cases);
-}
-END_TEST
-START_TEST(hf_cases_max_chars)
-{
-    CASES(&((em_tokenizer_opts){ .max_input_chars_per_word = 5 }), maxchars5_cases);
-}
-END_TEST
+TU_TEST(hf_cases_uncased, check_cases(NULL, "uncased"))
+TU_TEST(hf_cases_cased, check_cases(&((em_tokenizer_opts){ .do_lower_case = EM_TOK_OFF }), "cased"))
+TU_TEST(hf_cases_keep_accents, check_cases(&((em_tokenizer_opts){ .strip_accents = EM_TOK_OFF }), "lower_keep_accents"))
+TU_TEST(hf_cases_cased_strip, check_cases(&((em_tokenizer_opts){ .do_lower_case = EM_TOK_OFF, .strip_accents = EM_TOK_ON }), "cased_strip"))
+TU_TEST(hf_cases_no_chinese, check_cases(&((em_tokenizer_opts){ .tokenize_chinese_chars = EM_TOK_OFF }), "no_chinese"))
+static const char *const never_split_words[] = { "hello!", "UPPER", "[x]", "caf\303\251", "notinvocab", NULL };
+TU_TEST(hf_cases_never_split, check_cases(&((em_tokenizer_opts){ .never_split = never_split_words }), "never_split"))
+TU_TEST(hf_cases_max_chars, check_cases(&((em_tokenizer_opts){ .max_input_chars_per_word = 5 }), "maxchars5"))
 
 START_TEST(hf_pairs)
 {
     em_tokenizer *t = load_bert(NULL);
-    for (size_t i = 0; i < sizeof pair_cases / sizeof *pair_cases; i++) {
-        const tk_pair_case *c = &pair_cases[i];
+    tu_tsv c = tu_tsv_read(tu_fixture_path("tokenizer-hf/pairs.tsv"), 5);   /* text, pair, max_length, ids, type_ids */
+    ck_assert_int_gt(c.rows, 0);
+    for (int i = 0; i < c.rows; i++) {
+        char *a = tu_unescape(tu_tsv_at(&c, i, 0)), *b = tu_unescape(tu_tsv_at(&c, i, 1));
+        int max_length = atoi(tu_tsv_at(&c, i, 2));
+        int32_t *ids, *types;
+        int nw = tu_parse_ints(tu_tsv_at(&c, i, 3), &ids);
+        ck_assert_msg(tu_parse_ints(tu_tsv_at(&c, i, 4), &types) == nw, "pair %d: ids and type_ids differ in length", i);
         em_encoding e;
-        em_status st = em_tokenizer_encode_pair(t, c->a, c->b, &(em_encode_opts){ .max_length = c->max_length }, &e);
+        em_status st = em_tokenizer_encode_pair(t, a, b, &(em_encode_opts){ .max_length = max_length }, &e);
         ck_assert_msg(st == EM_OK, "%s", em_last_error());
-        int nw = ids_len(c->ids, -1);
-        ck_assert_msg(e.len == nw && memcmp(e.ids, c->ids, (size_t)nw * 4) == 0,
-                      "pair %zu (\"%s\", \"%s\", max_length %d): got %s", i, c->a, c->b, c->max_length, ids_str(e.ids, e.len));
-        ck_assert_msg(memcmp(e.type_ids, c->type_ids, (size_t)nw * 4) == 0, "pair %zu: type ids", i);
+        ck_assert_msg(e.len == nw && memcmp(e.ids, ids, (size_t)nw * 4) == 0,
+                      "pair %d (\"%s\", \"%s\", max_length %d): got %s", i, a, b, max_length, tu_ids_str(e.ids, e.len));
+        ck_assert_msg(memcmp(e.type_ids, types, (size_t)nw * 4) == 0, "pair %d: type ids", i);
         em_encoding_free(&e);
+        free(a), free(b), free(ids), free(types);
     }
+    tu_tsv_free(&c);
     em_tokenizer_free(t);
 }
 END_TEST
@@ -193,15 +94,19 @@ END_TEST
 START_TEST(hf_decode)
 {
     em_tokenizer *t = load_bert(NULL);
-    for (size_t i = 0; i < sizeof decode_cases / sizeof *decode_cases; i++) {
-        const tk_decode_case *c = &decode_cases[i];
-        char *s = NULL;
-        em_decode_opts o = { .skip_special_tokens = c->skip,
-                             .clean_up_tokenization_spaces = c->clean ? EM_TOK_DEFAULT : EM_TOK_OFF };
-        ck_assert(em_tokenizer_decode(t, c->ids, ids_len(c->ids, -2), &o, &s) == EM_OK);
-        ck_assert_msg(strcmp(s, c->text) == 0, "decode case %zu: got \"%s\", want \"%s\"", i, s, c->text);
-        free(s);
+    tu_tsv c = tu_tsv_read(tu_fixture_path("tokenizer-hf/decode.tsv"), 4);   /* ids, skip, clean, text */
+    ck_assert_int_gt(c.rows, 0);
+    for (int i = 0; i < c.rows; i++) {
+        int32_t *ids;
+        int n = tu_parse_ints(tu_tsv_at(&c, i, 0), &ids);
+        char *want = tu_unescape(tu_tsv_at(&c, i, 3)), *s = NULL;
+        em_decode_opts o = { .skip_special_tokens = atoi(tu_tsv_at(&c, i, 1)),
+                             .clean_up_tokenization_spaces = atoi(tu_tsv_at(&c, i, 2)) ? EM_TOK_DEFAULT : EM_TOK_OFF };
+        ck_assert(em_tokenizer_decode(t, ids, n, &o, &s) == EM_OK);
+        ck_assert_msg(strcmp(s, want) == 0, "decode case %d: got \"%s\", want \"%s\"", i, s, want);
+        free(s), free(want), free(ids);
     }
+    tu_tsv_free(&c);
     em_tokenizer_free(t);
 }
 END_TEST
@@ -240,22 +145,18 @@ START_TEST(vocab_lookup)
 {
     em_tokenizer *t = load_bert(NULL);
     ck_assert_int_eq(em_tokenizer_vocab_size(t), 30522);
-    ck_assert_int_eq(em_tokenizer_token_to_id(t, "the"), 1996);
-    ck_assert_int_eq(em_tokenizer_token_to_id(t, "which"), 2029);
-    ck_assert_int_eq(em_tokenizer_token_to_id(t, "!"), 999);
-    ck_assert_int_eq(em_tokenizer_token_to_id(t, "[CLS]"), 101);
-    ck_assert_int_eq(em_tokenizer_token_to_id(t, "The"), -1);
-    ck_assert_int_eq(em_tokenizer_token_to_id(t, ""), -1);
+    static const struct { const char *token; int32_t id; } ids[] = {
+        {"the", 1996}, {"which", 2029}, {"!", 999}, {"[CLS]", 101}, {"The", -1}, {"", -1}};
+    for (size_t i = 0; i < sizeof ids / sizeof *ids; i++)
+        ck_assert_msg(em_tokenizer_token_to_id(t, ids[i].token) == ids[i].id, "\"%s\": id %d, want %d", ids[i].token,
+                      em_tokenizer_token_to_id(t, ids[i].token), ids[i].id);
     ck_assert_str_eq(em_tokenizer_id_to_token(t, 30521), "##\357\275\236");
     ck_assert_str_eq(em_tokenizer_id_to_token(t, 0), "[PAD]");
     ck_assert_ptr_null(em_tokenizer_id_to_token(t, 30522));
     ck_assert_ptr_null(em_tokenizer_id_to_token(t, -1));
     em_special_ids s = em_tokenizer_special_ids(t);
-    ck_assert_int_eq(s.pad, 0);
-    ck_assert_int_eq(s.unk, 100);
-    ck_assert_int_eq(s.cls, 101);
-    ck_assert_int_eq(s.sep, 102);
-    ck_assert_int_eq(s.mask, 103);
+    const int32_t got[] = {s.pad, s.unk, s.cls, s.sep, s.mask}, want[] = {0, 100, 101, 102, 103};   /* as named */
+    for (int i = 0; i < 5; i++) ck_assert_int_eq(got[i], want[i]);
     em_tokenizer_free(t);
 }
 END_TEST
@@ -295,24 +196,24 @@ START_TEST(pair_truncation_and_padding)
     ck_assert(em_tokenizer_encode_pair(t, "a b c d e f", "g h", &(em_encode_opts){ .max_length = 8 }, &e) == EM_OK);
     ck_assert_int_eq(e.len, 8);
     ck_assert_int_eq(e.n_truncated, 3);
-    ck_assert_str_eq(ids_str(e.ids, e.len), "101 1037 1038 1039 102 1043 1044 102");
+    ck_assert_str_eq(tu_ids_str(e.ids, e.len), "101 1037 1038 1039 102 1043 1044 102");
     em_encoding_free(&e);
     /* padding: [PAD] ids, mask 0, type 0 */
     ck_assert(em_tokenizer_encode_pair(t, "a", "b", &(em_encode_opts){ .max_length = 8, .pad_to_max_length = true }, &e) == EM_OK);
     ck_assert_int_eq(e.len, 8);
-    ck_assert_str_eq(ids_str(e.ids, e.len), "101 1037 102 1038 102 0 0 0");
-    ck_assert_str_eq(ids_str(e.type_ids, e.len), "0 0 0 1 1 0 0 0");
+    ck_assert_str_eq(tu_ids_str(e.ids, e.len), "101 1037 102 1038 102 0 0 0");
+    ck_assert_str_eq(tu_ids_str(e.type_ids, e.len), "0 0 0 1 1 0 0 0");
     for (int i = 0; i < 8; i++) ck_assert_int_eq(e.attention_mask[i], i < 5);
     em_encoding_free(&e);
     /* single text truncation keeps [CLS] ... [SEP] */
     ck_assert(em_tokenizer_encode(t, "a b c d e f", &(em_encode_opts){ .max_length = 4 }, &e) == EM_OK);
-    ck_assert_str_eq(ids_str(e.ids, e.len), "101 1037 1038 102");
+    ck_assert_str_eq(tu_ids_str(e.ids, e.len), "101 1037 1038 102");
     ck_assert_int_eq(e.n_truncated, 4);
     em_encoding_free(&e);
     /* without special tokens */
     ck_assert(em_tokenizer_encode_pair(t, "a b c", "d", &(em_encode_opts){ .add_special_tokens = EM_TOK_OFF, .max_length = 3 }, &e) == EM_OK);
-    ck_assert_str_eq(ids_str(e.ids, e.len), "1037 1038 1040");
-    ck_assert_str_eq(ids_str(e.type_ids, e.len), "0 0 1");
+    ck_assert_str_eq(tu_ids_str(e.ids, e.len), "1037 1038 1040");
+    ck_assert_str_eq(tu_ids_str(e.type_ids, e.len), "0 0 1");
     em_encoding_free(&e);
     /* no room for the special tokens */
     e.len = 7;
@@ -373,17 +274,11 @@ START_TEST(invalid_utf8)
 END_TEST
 
 /* ---- vocabulary files ------------------------------------------------------------ */
-static char tmpdir[256];
-
-/* Writes tmpdir/name (tmpdir is made by main, before the forks). */
+/* Writes scratch/name (the scratch directory is made by main, before the forks). */
 static const char *write_vocab(const char *name, const char *content, size_t n)
 {
-    static char path[512];
-    snprintf(path, sizeof path, "%s/%s", tmpdir, name);
-    FILE *f = fopen(path, "wb");
-    ck_assert_ptr_nonnull(f);
-    ck_assert_int_eq(fwrite(content, 1, n, f), n);
-    fclose(f);
+    const char *path = tu_scratch_path(name);
+    tu_write_file(path, content, n);
     return path;
 }
 #define VOCAB(name, lit) write_vocab(name, lit, sizeof lit - 1)
@@ -434,10 +329,10 @@ START_TEST(vocab_small)
     ck_assert_int_eq(s.mask, -1);
     em_encoding e;
     ck_assert(em_tokenizer_encode(t, "Hello HeLLo hello world<s>x", NULL, &e) == EM_OK);
-    ck_assert_str_eq(ids_str(e.ids, e.len), "1 5 0 4 9 1 0 2");
+    ck_assert_str_eq(tu_ids_str(e.ids, e.len), "1 5 0 4 9 1 0 2");
     em_encoding_free(&e);
     ck_assert(em_tokenizer_encode(t, "Hello", &(em_encode_opts){ .max_length = 2 }, &e) == EM_OK);
-    ck_assert_str_eq(ids_str(e.ids, e.len), "1 2");
+    ck_assert_str_eq(tu_ids_str(e.ids, e.len), "1 2");
     em_encoding_free(&e);
     ck_assert_int_eq(em_tokenizer_encode(t, "Hello", &(em_encode_opts){ .max_length = 5, .pad_to_max_length = true }, &e),
                      EM_ERR_INVALID);
@@ -454,21 +349,11 @@ END_TEST
 /* ---- batches and threads ---------------------------------------------------------- */
 static char **read_sst2(int *n)
 {
-    FILE *f = fopen(tu_shared_path("sst2/dev.tsv"), "r");
-    ck_assert_ptr_nonnull(f);
-    char **texts = NULL, *line = NULL;
-    size_t cap = 0;
-    int k = 0;
-    ck_assert(getline(&line, &cap, f) > 0);
-    while (getline(&line, &cap, f) > 0) {
-        char *col[2];
-        split_tab(line, col, 2);
-        texts = realloc(texts, (size_t)(k + 1) * sizeof *texts);
-        texts[k++] = strdup(col[0]);
-    }
-    free(line);
-    fclose(f);
-    *n = k;
+    tu_tsv d = tu_tsv_read(tu_shared_path("sst2/dev.tsv"), 2);   /* sentence, label */
+    char **texts = malloc(sizeof *texts * (size_t)(d.rows ? d.rows : 1));
+    for (int k = 0; k < d.rows; k++) texts[k] = strdup(tu_tsv_at(&d, k, 0));
+    *n = d.rows;
+    tu_tsv_free(&d);
     return texts;
 }
 
@@ -572,20 +457,6 @@ END_TEST
 /* ---- the ember tokenize command ----------------------------------------------------- */
 static char cli[1024];
 
-static char *run_cli(const char *args, const char *input, int *status)
-{
-    char cmd[2048], inpath[600];
-    snprintf(inpath, sizeof inpath, "%s", write_vocab("cli-input.txt", input, strlen(input)));
-    snprintf(cmd, sizeof cmd, "'%s' tokenize %s < '%s' 2>&1", cli, args, inpath);
-    FILE *f = popen(cmd, "r");
-    ck_assert_ptr_nonnull(f);
-    static char out[8192];
-    size_t n = fread(out, 1, sizeof out - 1, f);
-    out[n] = 0;
-    *status = pclose(f);
-    return out;
-}
-
 START_TEST(cli_tokenize)
 {
     ck_assert_msg(access(cli, X_OK) == 0, "no ember binary at %s", cli);
@@ -593,21 +464,21 @@ START_TEST(cli_tokenize)
     char args[1024];
     int st;
     snprintf(args, sizeof args, "--vocab '%s'", vocab);
-    char *out = run_cli(args, "hide new secretions from the parental units \nIt's OK!\n\n", &st);
+    char *out = tu_run_ember(cli, "tokenize", args, "hide new secretions from the parental units \nIt's OK!\n\n", &st);
     ck_assert_int_eq(st, 0);
     ck_assert_str_eq(out, "101 5342 2047 3595 8496 2013 1996 18643 3197 102\n101 2009 1005 1055 7929 999 102\n101 102\n");
     snprintf(args, sizeof args, "--vocab '%s' --pair --max-length 6", vocab);
-    out = run_cli(args, "a b c d\te f\n", &st);
+    out = tu_run_ember(cli, "tokenize", args, "a b c d\te f\n", &st);
     ck_assert_int_eq(st, 0);
     ck_assert_str_eq(out, "101 1037 1038 102 1041 102\n");
-    out = run_cli("--vocab", "", &st);
+    out = tu_run_ember(cli, "tokenize", "--vocab", "", &st);
     ck_assert_int_eq(WEXITSTATUS(st), 2);
     ck_assert_ptr_nonnull(strstr(out, "usage"));
     snprintf(args, sizeof args, "--vocab '%s' --bogus", vocab);
-    out = run_cli(args, "", &st);
+    out = tu_run_ember(cli, "tokenize", args, "", &st);
     ck_assert_int_eq(WEXITSTATUS(st), 2);
     snprintf(args, sizeof args, "--vocab '%s'", vocab);
-    out = run_cli(args, "fine\nbad \377\n", &st);
+    out = tu_run_ember(cli, "tokenize", args, "fine\nbad \377\n", &st);
     ck_assert_int_eq(WEXITSTATUS(st), 1);
     ck_assert_ptr_nonnull(strstr(out, "line 2"));
     ck_assert_ptr_nonnull(strstr(out, "byte offset 4"));
@@ -617,64 +488,20 @@ END_TEST
 static Suite *make_suite(void)
 {
     Suite *s = suite_create("tokenizer");
-    TCase *tc = tcase_create("golden");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, golden_squad);
-    tcase_add_test(tc, golden_sst2);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("hf");
-    tcase_add_test(tc, hf_cases_uncased);
-    tcase_add_test(tc, hf_cases_cased);
-    tcase_add_test(tc, hf_cases_keep_accents);
-    tcase_add_test(tc, hf_cases_cased_strip);
-    tcase_add_test(tc, hf_cases_no_chinese);
-    tcase_add_test(tc, hf_cases_never_split);
-    tcase_add_test(tc, hf_cases_max_chars);
-    tcase_add_test(tc, hf_pairs);
-    tcase_add_test(tc, hf_decode);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("units");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, vocab_lookup);
-    tcase_add_test(tc, units);
-    tcase_add_test(tc, pair_truncation_and_padding);
-    tcase_add_test(tc, decode_roundtrip);
-    tcase_add_test(tc, invalid_utf8);
-    tcase_add_test(tc, vocab_errors);
-    tcase_add_test(tc, vocab_small);
-    tcase_add_test(tc, batch_matches_single);
-    tcase_add_test(tc, alloc_failures);
-    tcase_add_test(tc, cli_tokenize);
-    tu_add_misuse_test(tc, misuse_null_tokenizer);
-    tu_add_misuse_test(tc, misuse_negative_max_length);
-    tu_add_misuse_test(tc, misuse_pad_without_max_length);
-    suite_add_tcase(s, tc);
+    tu_add_tests(tu_case(s, "golden", 120), golden_squad, golden_sst2);
+    tu_add_tests(tu_case(s, "hf", 0), hf_cases_uncased, hf_cases_cased, hf_cases_keep_accents,
+                 hf_cases_cased_strip, hf_cases_no_chinese, hf_cases_never_split, hf_cases_max_chars, hf_pairs,
+                 hf_decode);
+    TCase *tc = tu_case(s, "units", 120);
+    tu_add_tests(tc, vocab_lookup, units, pair_truncation_and_padding, decode_roundtrip, invalid_utf8,
+                 vocab_errors, vocab_small, batch_matches_single, alloc_failures, cli_tokenize);
+    tu_add_misuse_tests(tc, misuse_null_tokenizer, misuse_negative_max_length, misuse_pad_without_max_length);
     return s;
 }
 
 int main(int argc, char **argv)
 {
-    /* The ember binary: $EMBER_CLI, else ../cli/ember beside this test's build dir. */
-    const char *env = getenv("EMBER_CLI");
-    if (env && *env) {
-        snprintf(cli, sizeof cli, "%s", env);
-    } else {
-        const char *slash = strrchr(argv[0], '/');
-        int dir = slash ? (int)(slash - argv[0]) : 1;
-        snprintf(cli, sizeof cli, "%.*s/../cli/ember", dir, slash ? argv[0] : ".");
-    }
     (void)argc;
-    const char *root = getenv("TMPDIR");
-    snprintf(tmpdir, sizeof tmpdir, "%s/ember-tok-XXXXXX", root && *root ? root : "/tmp");
-    if (!mkdtemp(tmpdir)) { perror(tmpdir); return 1; }
-    int rc = tu_run_suite(make_suite());
-    DIR *d = opendir(tmpdir);   /* what failed tests left behind */
-    for (struct dirent *de; d && (de = readdir(d));) {
-        char p[600];
-        snprintf(p, sizeof p, "%s/%s", tmpdir, de->d_name);
-        if (de->d_name[0] != '.') unlink(p);
-    }
-    if (d) closedir(d);
-    rmdir(tmpdir);
-    return rc;
+    tu_find_ember(cli, sizeof cli, argv[0]);
+    return tu_run_suite_scratch(make_suite(), "tok");
 }

@@ -7,8 +7,7 @@
  *     gives the golden ids of ../shared/data/tokenizer-golden, and the ids that
  *     transformers gave for that folder (roundtrip_ids.tsv);
  *   - saving what was loaded from a saved folder gives byte-identical files. */
-#include "check_util.h"
-#include "data/data.h"
+#include "tok_util.h"
 
 #include <dirent.h>
 #include <stdio.h>
@@ -19,39 +18,11 @@
 #include <time.h>
 #include <unistd.h>
 
-static char tmpdir[256];
-
 /* ---- files ------------------------------------------------------------------------ */
-static char *slurp(const char *path, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    ck_assert_msg(f, "cannot open %s", path);
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)len + 1);
-    ck_assert_int_eq(fread(buf, 1, (size_t)len, f), (size_t)len);
-    buf[len] = 0;
-    fclose(f);
-    if (n) *n = (size_t)len;
-    return buf;
-}
-
-static void spit(const char *path, const char *data)
-{
-    FILE *f = fopen(path, "wb");
-    ck_assert_msg(f, "cannot write %s", path);
-    fputs(data, f);
-    fclose(f);
-}
-
-/* A fresh directory tmpdir/name (emptied if it exists); returns its path (static ring of 4). */
+/* A fresh directory scratch/name (emptied if it exists); returns its path (tu_scratch_path's ring). */
 static const char *scratch(const char *name)
 {
-    static char bufs[4][512];
-    static int k;
-    char *p = bufs[k++ & 3];
-    snprintf(p, 512, "%s/%s", tmpdir, name);
+    const char *p = tu_scratch_path(name);
     DIR *d = opendir(p);
     for (struct dirent *de; d && (de = readdir(d));) {
         char q[800];
@@ -61,145 +32,6 @@ static const char *scratch(const char *name)
     if (d) closedir(d);
     mkdir(p, 0755);
     return p;
-}
-
-/* tmpdir/name without touching it (static ring of 4). */
-static const char *tmp_path(const char *name)
-{
-    static char bufs[4][512];
-    static int k;
-    char *p = bufs[k++ & 3];
-    snprintf(p, 512, "%s/%s", tmpdir, name);
-    return p;
-}
-
-/* tu_fixture_path in a ring of 8 buffers (it has one). */
-static const char *fixture(const char *name)
-{
-    static char bufs[8][1024];
-    static int k;
-    char *p = bufs[k++ & 7];
-    snprintf(p, 1024, "%s", tu_fixture_path(name));
-    return p;
-}
-
-/* ---- the TSV of cases: text, pair (\N: none), ids, type_ids ---------------------------- */
-typedef struct tcase {
-    char *text, *pair;
-    int32_t *ids, *types;
-    int n;
-} tcase;
-
-static char *unescape(const char *s)
-{
-    char *out = malloc(strlen(s) + 1), *o = out;
-    for (; *s; s++) {
-        if (*s != '\\') { *o++ = *s; continue; }
-        s++;
-        switch (*s) {
-        case 't': *o++ = '\t'; break;
-        case 'n': *o++ = '\n'; break;
-        case 'r': *o++ = '\r'; break;
-        case '\\': *o++ = '\\'; break;
-        case 'x': {
-            char hex[3] = { s[1], s[2], 0 };
-            *o++ = (char)strtol(hex, NULL, 16);
-            s += 2;
-            break;
-        }
-        default: ck_abort_msg("bad escape \\%c", *s);
-        }
-    }
-    *o = 0;
-    return out;
-}
-
-static int parse_ints(const char *s, int32_t **out)
-{
-    int cap = 16, n = 0;
-    int32_t *v = malloc((size_t)cap * sizeof *v);
-    char *end;
-    for (long x = strtol(s, &end, 10); end != s; x = strtol(s, &end, 10)) {
-        if (n == cap) v = realloc(v, (size_t)(cap *= 2) * sizeof *v);
-        v[n++] = (int32_t)x;
-        s = end;
-    }
-    *out = v;
-    return n;
-}
-
-static tcase *read_cases(const char *path, int *count)
-{
-    FILE *f = fopen(path, "r");
-    ck_assert_msg(f, "cannot open %s", path);
-    char *line = NULL;
-    size_t cap = 0;
-    ck_assert(getline(&line, &cap, f) > 0);   /* header */
-    tcase *c = NULL;
-    int n = 0;
-    while (getline(&line, &cap, f) > 0) {
-        line[strcspn(line, "\n")] = 0;
-        char *col[4] = { line };
-        int k = 1;
-        for (char *p = line; *p && k < 4; p++)
-            if (*p == '\t') { *p = 0; col[k++] = p + 1; }
-        ck_assert_int_eq(k, 4);
-        c = realloc(c, (size_t)(n + 1) * sizeof *c);
-        c[n].text = unescape(col[0]);
-        c[n].pair = strcmp(col[1], "\\N") ? unescape(col[1]) : NULL;
-        c[n].n = parse_ints(col[2], &c[n].ids);
-        ck_assert_int_eq(parse_ints(col[3], &c[n].types), c[n].n);
-        n++;
-    }
-    free(line);
-    fclose(f);
-    *count = n;
-    return c;
-}
-
-static void free_cases(tcase *c, int n)
-{
-    for (int i = 0; i < n; i++) {
-        free(c[i].text);
-        free(c[i].pair);
-        free(c[i].ids);
-        free(c[i].types);
-    }
-    free(c);
-}
-
-static char *ids_str(const int32_t *ids, int n)
-{
-    static char buf[4][4096];
-    static int k;
-    char *b = buf[k++ & 3];
-    size_t m = 0;
-    b[0] = 0;
-    for (int i = 0; i < n && m < 4000; i++) m += (size_t)snprintf(b + m, 4096 - m, i ? " %d" : "%d", ids[i]);
-    return b;
-}
-
-/* Encodes every case of tsv with t; returns the number that differ (the first few printed). */
-static int compare_cases(const em_tokenizer *t, const char *tsv, int *rows)
-{
-    int n, bad = 0;
-    tcase *c = read_cases(tsv, &n);
-    for (int i = 0; i < n; i++) {
-        em_encoding e;
-        em_status st = c[i].pair ? em_tokenizer_encode_pair(t, c[i].text, c[i].pair, NULL, &e)
-                                 : em_tokenizer_encode(t, c[i].text, NULL, &e);
-        ck_assert_msg(st == EM_OK, "%s row %d: %s", tsv, i, em_last_error());
-        bool same = e.len == c[i].n && !memcmp(e.ids, c[i].ids, (size_t)e.len * 4) &&
-                    !memcmp(e.type_ids, c[i].types, (size_t)e.len * 4);
-        if (!same && ++bad <= 8)
-            fprintf(stderr, "%s row %d \"%s\"%s%s%s\n  want %s\n  got  %s\n", tsv, i, c[i].text,
-                    c[i].pair ? " + \"" : "", c[i].pair ? c[i].pair : "", c[i].pair ? "\"" : "",
-                    ids_str(c[i].ids, c[i].n), ids_str(e.ids, e.len));
-        em_encoding_free(&e);
-    }
-    free_cases(c, n);
-    if (rows) *rows = n;
-    return bad;
 }
 
 static em_tokenizer *load_dir(const char *dir, const em_tokenizer_opts *o)
@@ -215,24 +47,19 @@ static void check_folder(const char *name, const em_tokenizer_opts *o, const cha
     char dir[256], tsv[256];
     snprintf(dir, sizeof dir, "tokenizer-json/%s", name);
     snprintf(tsv, sizeof tsv, "tokenizer-json/%s.tsv", tsv_name ? tsv_name : name);
-    em_tokenizer *t = load_dir(fixture(dir), o);
-    int rows, bad = compare_cases(t, fixture(tsv), &rows);
+    em_tokenizer *t = load_dir(tu_fixture_path(dir), o);
+    int rows, bad = tu_compare_cases(t, tu_fixture_path(tsv), &rows);
     em_tokenizer_free(t);
     ck_assert_int_gt(rows, 60);
     ck_assert_msg(bad == 0, "%s: %d of %d rows differ from transformers", name, bad, rows);
 }
 
 /* ---- folders transformers wrote ---------------------------------------------------------- */
-START_TEST(hf_bert_uncased) { check_folder("bert_uncased", NULL, NULL); }
-END_TEST
-START_TEST(hf_bert_cased) { check_folder("bert_cased", NULL, NULL); }
-END_TEST
-START_TEST(hf_sequence) { check_folder("sequence", NULL, NULL); }
-END_TEST
-START_TEST(hf_config_wins) { check_folder("bert_config_cased", NULL, NULL); }
-END_TEST
-START_TEST(hf_vocab_only) { check_folder("vocab_only", NULL, NULL); }
-END_TEST
+TU_TEST(hf_bert_uncased, check_folder("bert_uncased", NULL, NULL))
+TU_TEST(hf_bert_cased, check_folder("bert_cased", NULL, NULL))
+TU_TEST(hf_sequence, check_folder("sequence", NULL, NULL))
+TU_TEST(hf_config_wins, check_folder("bert_config_cased", NULL, NULL))
+TU_TEST(hf_vocab_only, check_folder("vocab_only", NULL, NULL))
 /* explicit opts win over the files: the uncased folder made cased is the cased one */
 START_TEST(opts_win)
 {
@@ -243,7 +70,7 @@ END_TEST
 
 START_TEST(info)
 {
-    em_tokenizer *t = load_dir(fixture("tokenizer-json/bert_config_cased"), NULL);
+    em_tokenizer *t = load_dir(tu_fixture_path("tokenizer-json/bert_config_cased"), NULL);
     em_tokenizer_info i = em_tokenizer_get_info(t);
     ck_assert(!i.do_lower_case && !i.strip_accents && i.clean_text && i.tokenize_chinese_chars && !i.python_semantics);
     ck_assert_int_eq(i.model_max_length, 64);
@@ -253,7 +80,7 @@ START_TEST(info)
     ck_assert_int_eq(em_tokenizer_special_ids(t).mask, em_tokenizer_token_to_id(t, "[unused0]"));
     em_tokenizer_free(t);
 
-    t = load_dir(fixture("tokenizer-json/sequence"), NULL);
+    t = load_dir(tu_fixture_path("tokenizer-json/sequence"), NULL);
     i = em_tokenizer_get_info(t);
     ck_assert(i.do_lower_case && i.strip_accents && i.strip_all_marks && !i.clean_text && !i.tokenize_chinese_chars);
     ck_assert_int_eq(i.max_input_chars_per_word, 12);
@@ -267,7 +94,7 @@ START_TEST(info)
     ck_assert_int_eq(em_tokenizer_get_info(t).model_max_length, 96);
     em_tokenizer_free(t);
 
-    t = load_dir(fixture("tokenizer-json/vocab_only"), NULL);
+    t = load_dir(tu_fixture_path("tokenizer-json/vocab_only"), NULL);
     i = em_tokenizer_get_info(t);
     ck_assert(i.python_semantics && !i.do_lower_case && i.clean_text && i.nfc);
     ck_assert_int_eq(i.model_max_length, 128);
@@ -282,7 +109,7 @@ END_TEST
  * fresh directory; config (may be NULL) becomes tokenizer_config.json. Returns the directory. */
 static const char *edited(const char *name, const char *from, const char *to, const char *config)
 {
-    char *src = slurp(fixture("tokenizer-json/bert_uncased/tokenizer.json"), NULL);
+    char *src = tu_read_file(tu_fixture_path("tokenizer-json/bert_uncased/tokenizer.json"), NULL);
     const char *dir = scratch(name);
     char path[600];
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
@@ -294,15 +121,15 @@ static const char *edited(const char *name, const char *from, const char *to, co
         memcpy(out, src, a);
         memcpy(out + a, to, tl);
         memcpy(out + a + tl, at + fl, n - a - fl + 1);
-        spit(path, out);
+        tu_write_text(path, out);
         free(out);
     } else {
-        spit(path, src);
+        tu_write_text(path, src);
     }
     free(src);
     if (config) {
         snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
-        spit(path, config);
+        tu_write_text(path, config);
     }
     return dir;
 }
@@ -331,11 +158,11 @@ static void expect_error_in(const char *dir, const char *file, em_status want, c
 START_TEST(refuse_other_tokenizers)
 {
     char want[700];
-    const char *dir = fixture("tokenizer-json/bpe");
+    const char *dir = tu_fixture_path("tokenizer-json/bpe");
     snprintf(want, sizeof want, "%s/tokenizer.json: model type BPE is not supported (ember reads WordPiece tokenizers only)",
              dir);
     expect_error(dir, EM_ERR_UNSUPPORTED, want);
-    dir = fixture("tokenizer-json/bytelevel");
+    dir = tu_fixture_path("tokenizer-json/bytelevel");
     snprintf(want, sizeof want, "%s/tokenizer.json: pre_tokenizer type ByteLevel is not supported", dir);
     expect_error(dir, EM_ERR_UNSUPPORTED, want);
 
@@ -392,13 +219,13 @@ START_TEST(malformed_files)
     dir = scratch("array");
     char path[700];
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
-    spit(path, "[1, 2]");
+    tu_write_text(path, "[1, 2]");
     expect_error_in(dir, "tokenizer.json", EM_ERR_FORMAT, "expected a JSON object at the top level, not an array");
-    spit(path, "");
+    tu_write_text(path, "");
     expect_error_in(dir, "tokenizer.json", EM_ERR_FORMAT, "malformed JSON at line 1, column 1");
-    spit(path, "{} x");
+    tu_write_text(path, "{} x");
     expect_error_in(dir, "tokenizer.json", EM_ERR_FORMAT, "data after the object");
-    spit(path, "{}");
+    tu_write_text(path, "{}");
     expect_error_in(dir, "tokenizer.json", EM_ERR_FORMAT, "model must be an object, not missing");
 
     /* wrong field types */
@@ -455,21 +282,21 @@ START_TEST(malformed_files)
     expect_error_in(dir, "tokenizer_config.json", EM_ERR_FORMAT, "model_max_length is -3");
     dir = edited("map_bad", NULL, NULL, "{\"tokenizer_class\": \"BertTokenizer\"}");
     snprintf(path, sizeof path, "%s/special_tokens_map.json", dir);
-    spit(path, "{\"unk_token\": [\"[UNK]\"]}");
+    tu_write_text(path, "{\"unk_token\": [\"[UNK]\"]}");
     expect_error_in(dir, "special_tokens_map.json", EM_ERR_FORMAT, "unk_token must be a string");
-    spit(path, "{\"unk_token\": null}");
+    tu_write_text(path, "{\"unk_token\": null}");
     expect_error(dir, EM_ERR_FORMAT, "no unk_token is set by");
 
     /* vocab.txt folders keep em_tokenizer_load's messages */
     dir = scratch("vocab_dup");
     snprintf(path, sizeof path, "%s/vocab.txt", dir);
-    spit(path, "[PAD]\n[UNK]\n[CLS]\n[SEP]\nx\nx\n");
+    tu_write_text(path, "[PAD]\n[UNK]\n[CLS]\n[SEP]\nx\nx\n");
     snprintf(want, sizeof want, "%s/vocab.txt:6: duplicate token \"x\" (first on line 5)", dir);
     expect_error(dir, EM_ERR_FORMAT, want);
     snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
-    spit(path, "{\"pad_token\": \"[P]\"}");
+    tu_write_text(path, "{\"pad_token\": \"[P]\"}");
     snprintf(path, sizeof path, "%s/vocab.txt", dir);
-    spit(path, "[PAD]\n[UNK]\n[CLS]\n[SEP]\nx\n");
+    tu_write_text(path, "[PAD]\n[UNK]\n[CLS]\n[SEP]\nx\n");
     expect_error(dir, EM_ERR_FORMAT, "vocab.txt: the vocabulary has no [P] token (the pad_token set by");
 }
 END_TEST
@@ -493,7 +320,7 @@ START_TEST(pipelines)
                  "\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Punctuation\"}, {\"type\": \"Sequence\", "
                  "\"pretokenizers\": [{\"type\": \"WhitespaceSplit\"}]}]", NULL);
     t = load_dir(dir, NULL);
-    int rows, bad = compare_cases(t, fixture("tokenizer-json/bert_uncased.tsv"), &rows);
+    int rows, bad = tu_compare_cases(t, tu_fixture_path("tokenizer-json/bert_uncased.tsv"), &rows);
     ck_assert_int_eq(bad, 0);
     em_tokenizer_free(t);
     REFUSE("nfc_late", "\"type\": \"BertNormalizer\"",
@@ -529,7 +356,7 @@ static void same_files(const char *a, const char *b)
         snprintf(pa, sizeof pa, "%s/%s", a, FILES[i]);
         snprintf(pb, sizeof pb, "%s/%s", b, FILES[i]);
         size_t na, nb;
-        char *x = slurp(pa, &na), *y = slurp(pb, &nb);
+        char *x = tu_read_file(pa, &na), *y = tu_read_file(pb, &nb);
         ck_assert_msg(na == nb && !memcmp(x, y, na), "%s and %s differ", pa, pb);
         free(x);
         free(y);
@@ -550,7 +377,7 @@ static void resave(const char *src, const char *name, const char *tsv)
     save(t, d2);
     same_files(d1, d2);
     if (tsv) {
-        int rows, bad = compare_cases(t, tsv, &rows);
+        int rows, bad = tu_compare_cases(t, tsv, &rows);
         ck_assert_msg(bad == 0, "%s saved and reloaded: %d of %d rows differ", name, bad, rows);
     }
     em_tokenizer_free(t);
@@ -558,11 +385,11 @@ static void resave(const char *src, const char *name, const char *tsv)
 
 START_TEST(resave_identical)
 {
-    resave(fixture("tokenizer-json/bert_uncased"), "ru", fixture("tokenizer-json/bert_uncased.tsv"));
-    resave(fixture("tokenizer-json/bert_cased"), "rc", fixture("tokenizer-json/bert_cased.tsv"));
-    resave(fixture("tokenizer-json/sequence"), "rs", fixture("tokenizer-json/sequence.tsv"));
-    resave(fixture("tokenizer-json/bert_config_cased"), "rg", fixture("tokenizer-json/bert_config_cased.tsv"));
-    resave(fixture("tokenizer-json/vocab_only"), "rv", NULL);   /* vocab.txt's Python rules are not kept */
+    resave(tu_fixture_path("tokenizer-json/bert_uncased"), "ru", tu_fixture_path("tokenizer-json/bert_uncased.tsv"));
+    resave(tu_fixture_path("tokenizer-json/bert_cased"), "rc", tu_fixture_path("tokenizer-json/bert_cased.tsv"));
+    resave(tu_fixture_path("tokenizer-json/sequence"), "rs", tu_fixture_path("tokenizer-json/sequence.tsv"));
+    resave(tu_fixture_path("tokenizer-json/bert_config_cased"), "rg", tu_fixture_path("tokenizer-json/bert_config_cased.tsv"));
+    resave(tu_fixture_path("tokenizer-json/vocab_only"), "rv", NULL);   /* vocab.txt's Python rules are not kept */
     /* truncation and padding are kept as loaded, and not applied */
     const char *dir = edited("trunc_pad", "\"truncation\": null,\n  \"padding\": null",
                              "\"truncation\": {\"direction\": \"Right\", \"max_length\": 6, \"strategy\": "
@@ -581,13 +408,13 @@ START_TEST(resave_identical)
     ck_assert_int_eq(e.len, 10);
     em_encoding_free(&e);
     em_tokenizer_free(t);
-    resave(dir, "rt", fixture("tokenizer-json/bert_uncased.tsv"));
+    resave(dir, "rt", tu_fixture_path("tokenizer-json/bert_uncased.tsv"));
     char path[700];
     t = load_dir(dir, NULL);
     save(t, scratch("rt-x"));
-    snprintf(path, sizeof path, "%s/tokenizer.json", tmp_path("rt-x"));
+    snprintf(path, sizeof path, "%s/tokenizer.json", tu_scratch_path("rt-x"));
     em_tokenizer_free(t);
-    char *text = slurp(path, NULL);
+    char *text = tu_read_file(path, NULL);
     ck_assert_ptr_nonnull(strstr(text, "\"Fixed\":\t9"));
     ck_assert_ptr_nonnull(strstr(text, "\"max_length\":\t6"));
     free(text);
@@ -616,54 +443,25 @@ static em_tokenizer *bert_json(const char *name)
 static void golden(const char *rel, int ncols, int text_col, int ids_col, int expect)
 {
     em_tokenizer *t = bert_json("golden");
-    FILE *f = fopen(tu_shared_path(rel), "r");
-    ck_assert_msg(f, "cannot open %s", tu_shared_path(rel));
-    char *line = NULL;
-    size_t cap = 0;
-    ck_assert(getline(&line, &cap, f) > 0);
-    int rows = 0, bad = 0;
-    while (getline(&line, &cap, f) > 0) {
-        line[strcspn(line, "\n")] = 0;
-        char *col[8] = { line };
-        int k = 1;
-        for (char *p = line; *p && k < ncols; p++)
-            if (*p == '\t') { *p = 0; col[k++] = p + 1; }
-        ck_assert_int_eq(k, ncols);
-        int32_t *want;
-        int nw = parse_ints(col[ids_col], &want);
-        em_encoding e;
-        ck_assert(em_tokenizer_encode(t, col[text_col], NULL, &e) == EM_OK);
-        if ((e.len != nw || memcmp(e.ids, want, (size_t)nw * 4)) && ++bad <= 5)
-            fprintf(stderr, "%s row %d \"%s\"\n  want %s\n  got  %s\n", rel, rows, col[text_col], ids_str(want, nw),
-                    ids_str(e.ids, e.len));
-        free(want);
-        em_encoding_free(&e);
-        rows++;
-    }
-    free(line);
-    fclose(f);
+    tu_check_golden(t, rel, ncols, text_col, ids_col, expect, "through the saved tokenizer.json");
     em_tokenizer_free(t);
-    ck_assert_int_eq(rows, expect);
-    ck_assert_msg(bad == 0, "%s: %d of %d rows differ through the saved tokenizer.json", rel, bad, rows);
 }
 
-START_TEST(golden_squad) { golden("tokenizer-golden/squad_questions_bert_base_uncased.tsv", 4, 1, 3, 10570); }
-END_TEST
-START_TEST(golden_sst2) { golden("tokenizer-golden/sst2_bert_base_uncased.tsv", 5, 2, 4, 2310); }
-END_TEST
+TU_TEST(golden_squad, golden("tokenizer-golden/squad_questions_bert_base_uncased.tsv", 4, 1, 3, 10570))
+TU_TEST(golden_sst2, golden("tokenizer-golden/sst2_bert_base_uncased.tsv", 5, 2, 4, 2310))
 
 /* ember's save of bert-base-uncased, read back: the ids transformers gave for that folder. */
 START_TEST(roundtrip)
 {
     em_tokenizer *t = bert_json("roundtrip");
-    int rows, bad = compare_cases(t, fixture("tokenizer-json/roundtrip_ids.tsv"), &rows);
+    int rows, bad = tu_compare_cases(t, tu_fixture_path("tokenizer-json/roundtrip_ids.tsv"), &rows);
     ck_assert_int_gt(rows, 200);
     ck_assert_msg(bad == 0, "roundtrip_ids.tsv: %d of %d rows differ", bad, rows);
     em_tokenizer_free(t);
     /* and saving it again gives the same files */
-    t = load_dir(tmp_path("roundtrip"), NULL);
+    t = load_dir(tu_scratch_path("roundtrip"), NULL);
     save(t, scratch("roundtrip-2"));
-    same_files(tmp_path("roundtrip"), tmp_path("roundtrip-2"));
+    same_files(tu_scratch_path("roundtrip"), tu_scratch_path("roundtrip-2"));
     em_tokenizer_free(t);
 }
 END_TEST
@@ -673,8 +471,8 @@ START_TEST(save_errors)
     char path[700];
     const char *dir = scratch("save_err");
     snprintf(path, sizeof path, "%s/file", dir);
-    spit(path, "x");
-    em_tokenizer *t = load_dir(fixture("tokenizer-json/bert_uncased"), NULL);
+    tu_write_text(path, "x");
+    em_tokenizer *t = load_dir(tu_fixture_path("tokenizer-json/bert_uncased"), NULL);
     char sub[800];
     snprintf(sub, sizeof sub, "%s/below", path);
     ck_assert_int_eq(em_tokenizer_save_pretrained(t, sub), EM_ERR_IO);
@@ -702,7 +500,7 @@ START_TEST(alloc_failures)
     for (int64_t k = 1;; k++) {
         em_tokenizer *t = NULL;
         em_alloc_fail_after(k, false);
-        em_status st = em_tokenizer_from_pretrained(fixture("tokenizer-json/bert_config_cased"), NULL, &t);
+        em_status st = em_tokenizer_from_pretrained(tu_fixture_path("tokenizer-json/bert_config_cased"), NULL, &t);
         if (st == EM_OK) st = em_tokenizer_save_pretrained(t, out);
         em_alloc_fail_after(0, false);
         em_tokenizer_free(t);
@@ -722,7 +520,7 @@ START_TEST(mutations)
     const char *env = getenv("EMBER_TOKJSON_MUTATIONS");
     int count = env && atoi(env) > 0 ? atoi(env) : 400;
     size_t n;
-    char *src = slurp(fixture("tokenizer-json/sequence/tokenizer.json"), &n);
+    char *src = tu_read_file(tu_fixture_path("tokenizer-json/sequence/tokenizer.json"), &n);
     const char *dir = scratch("mutations");
     char path[700];
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
@@ -767,7 +565,7 @@ START_TEST(mutations)
         if (tu_next(&s) & 1) cfg[at] = (char)(1 + tu_next(&s) % 255);
         else cfg[at] = 0;
         snprintf(cpath, sizeof cpath, "%s/tokenizer_config.json", dir);
-        if (iter & 1) spit(cpath, cfg);
+        if (iter & 1) tu_write_text(cpath, cfg);
         else unlink(cpath);
         em_tokenizer *t = NULL;
         em_status st = em_tokenizer_from_pretrained(dir, NULL, &t);
@@ -791,45 +589,30 @@ END_TEST
 /* ---- the ember tokenize command: --tokenizer DIR, --save DIR ------------------------------- */
 static char cli[1024];
 
-static char *run_cli(const char *args, const char *input, int *status)
-{
-    char cmd[4096], in[700];
-    snprintf(in, sizeof in, "%s/cli-input.txt", tmpdir);
-    spit(in, input);
-    snprintf(cmd, sizeof cmd, "'%s' tokenize %s < '%s' 2>&1", cli, args, in);
-    FILE *f = popen(cmd, "r");
-    ck_assert_ptr_nonnull(f);
-    static char out[8192];
-    size_t n = fread(out, 1, sizeof out - 1, f);
-    out[n] = 0;
-    *status = pclose(f);
-    return out;
-}
-
 START_TEST(cli_tokenizer_dir)
 {
     ck_assert_msg(access(cli, X_OK) == 0, "no ember binary at %s", cli);
     char args[2048];
     int st;
-    snprintf(args, sizeof args, "--tokenizer '%s'", fixture("tokenizer-json/bert_uncased"));
-    char *out = run_cli(args, "Hello, World!\ndon't stop!!\n", &st);
+    snprintf(args, sizeof args, "--tokenizer '%s'", tu_fixture_path("tokenizer-json/bert_uncased"));
+    char *out = tu_run_ember(cli, "tokenize", args, "Hello, World!\ndon't stop!!\n", &st);
     ck_assert_int_eq(st, 0);
     ck_assert_str_eq(out, "3 374 17 331 6 4\n3 392 12 89 88 167 162 163 6 6 4\n");
     const char *dir = scratch("cli-save");
     snprintf(args, sizeof args, "--vocab '%s' --save '%s'", tu_shared_path("bert-base-uncased/vocab.txt"), dir);
-    out = run_cli(args, "", &st);
+    out = tu_run_ember(cli, "tokenize", args, "", &st);
     ck_assert_msg(st == 0, "%s", out);
     ck_assert_str_eq(out, "");
     snprintf(args, sizeof args, "--tokenizer '%s'", dir);
-    out = run_cli(args, "hide new secretions from the parental units \n", &st);
+    out = tu_run_ember(cli, "tokenize", args, "hide new secretions from the parental units \n", &st);
     ck_assert_int_eq(st, 0);
     ck_assert_str_eq(out, "101 5342 2047 3595 8496 2013 1996 18643 3197 102\n");
     snprintf(args, sizeof args, "--tokenizer '%s' --vocab x", dir);
-    out = run_cli(args, "", &st);
+    out = tu_run_ember(cli, "tokenize", args, "", &st);
     ck_assert_int_eq(WEXITSTATUS(st), 2);
     ck_assert_ptr_nonnull(strstr(out, "exclude each other"));
-    snprintf(args, sizeof args, "--tokenizer '%s'", fixture("tokenizer-json/bpe"));
-    out = run_cli(args, "x\n", &st);
+    snprintf(args, sizeof args, "--tokenizer '%s'", tu_fixture_path("tokenizer-json/bpe"));
+    out = tu_run_ember(cli, "tokenize", args, "x\n", &st);
     ck_assert_int_eq(WEXITSTATUS(st), 1);
     ck_assert_ptr_nonnull(strstr(out, "model type BPE is not supported"));
 }
@@ -853,67 +636,18 @@ END_TEST
 static Suite *make_suite(void)
 {
     Suite *s = suite_create("tokenizer_json");
-    TCase *tc = tcase_create("hf");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, hf_bert_uncased);
-    tcase_add_test(tc, hf_bert_cased);
-    tcase_add_test(tc, hf_sequence);
-    tcase_add_test(tc, hf_config_wins);
-    tcase_add_test(tc, hf_vocab_only);
-    tcase_add_test(tc, opts_win);
-    tcase_add_test(tc, info);
-    tcase_add_test(tc, pipelines);
-    tcase_add_test(tc, refuse_other_tokenizers);
-    tcase_add_test(tc, malformed_files);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("save");
-    tcase_set_timeout(tc, 300);
-    tcase_add_test(tc, resave_identical);
-    tcase_add_test(tc, golden_squad);
-    tcase_add_test(tc, golden_sst2);
-    tcase_add_test(tc, roundtrip);
-    tcase_add_test(tc, save_errors);
-    tcase_add_test(tc, alloc_failures);
-    tcase_add_test(tc, mutations);
-    tcase_add_test(tc, cli_tokenizer_dir);
-    tu_add_misuse_test(tc, misuse_null_dir);
-    tu_add_misuse_test(tc, misuse_save_null);
-    suite_add_tcase(s, tc);
+    tu_add_tests(tu_case(s, "hf", 120), hf_bert_uncased, hf_bert_cased, hf_sequence, hf_config_wins,
+                 hf_vocab_only, opts_win, info, pipelines, refuse_other_tokenizers, malformed_files);
+    TCase *tc = tu_case(s, "save", 300);
+    tu_add_tests(tc, resave_identical, golden_squad, golden_sst2, roundtrip, save_errors, alloc_failures,
+                 mutations, cli_tokenizer_dir);
+    tu_add_misuse_tests(tc, misuse_null_dir, misuse_save_null);
     return s;
-}
-
-/* Removes dir and everything below it. */
-static void remove_tree(const char *dir)
-{
-    DIR *d = opendir(dir);
-    for (struct dirent *de; d && (de = readdir(d));) {
-        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
-        char p[1024];
-        snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
-        struct stat sb;
-        if (lstat(p, &sb) == 0 && S_ISDIR(sb.st_mode)) remove_tree(p);
-        else unlink(p);
-    }
-    if (d) closedir(d);
-    rmdir(dir);
 }
 
 int main(int argc, char **argv)
 {
-    /* The ember binary: $EMBER_CLI, else ../cli/ember beside this test's build dir. */
-    const char *env = getenv("EMBER_CLI");
-    if (env && *env) {
-        snprintf(cli, sizeof cli, "%s", env);
-    } else {
-        const char *slash = strrchr(argv[0], '/');
-        int dir = slash ? (int)(slash - argv[0]) : 1;
-        snprintf(cli, sizeof cli, "%.*s/../cli/ember", dir, slash ? argv[0] : ".");
-    }
     (void)argc;
-    const char *root = getenv("TMPDIR");
-    snprintf(tmpdir, sizeof tmpdir, "%s/ember-tokjson-XXXXXX", root && *root ? root : "/tmp");
-    if (!mkdtemp(tmpdir)) { perror(tmpdir); return 1; }
-    int rc = tu_run_suite(make_suite());
-    remove_tree(tmpdir);
-    return rc;
+    tu_find_ember(cli, sizeof cli, argv[0]);
+    return tu_run_suite_scratch(make_suite(), "tokjson");
 }

@@ -136,18 +136,9 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("views");
-    TCase *tc = tcase_create("views");
-    tcase_add_test(tc, views_alias_their_base);
-    tcase_add_test(tc, view_geometry);
-    tcase_add_test(tc, reshape_copies_only_when_it_must);
-    tcase_add_test(tc, split_gives_views);
-    tcase_add_test(tc, empty_and_scalar_views);
-    suite_add_tcase(s, tc);
-    TCase *tm = tcase_create("misuse");
-    tu_add_misuse_test(tm, misuse_narrow_out_of_range);
-    tu_add_misuse_test(tm, misuse_expand_non_singleton);
-    tu_add_misuse_test(tm, misuse_reshape_wrong_numel);
-    tu_add_misuse_test(tm, misuse_permute_repeat);
-    suite_add_tcase(s, tm);
+    tu_add_tests(tu_case(s, "views", 0), views_alias_their_base, view_geometry,
+                 reshape_copies_only_when_it_must, split_gives_views, empty_and_scalar_views);
+    tu_add_misuse_tests(tu_case(s, "misuse", 0), misuse_narrow_out_of_range, misuse_expand_non_singleton,
+                        misuse_reshape_wrong_numel, misuse_permute_repeat);
     return tu_run_suite(s);
 }

@@ -91,41 +91,22 @@ static void bench_matmul(void)
 }
 
 /* ---- train step ---------------------------------------------------------------------------- */
-typedef struct config {
-    const char *name;
-    int64_t dim, layers, heads, ffn, vocab, seq, batch;
-} config;
-
-static const config configs[] = {
+static const bench_config configs[] = {
     {"A", 768, 6, 12, 3072, 30522, 128, 8},
     {"B", 256, 4, 4, 1024, 30522, 64, 32},
 };
 
 /* Median seconds per step; *loss gets the last loss. */
-static double train(const config *c, bool bf16, int steps, double *loss)
+static double train(const bench_config *c, bool bf16, int steps, double *loss)
 {
-    em_set_seed(0);
-    em_distilbert_seqcls *m = em_distilbert_seqcls_new(&(em_distilbert_config){
-        .vocab_size = c->vocab, .n_layers = c->layers, .n_heads = c->heads, .dim = c->dim, .hidden_dim = c->ffn,
-        .num_labels = 2});
-    if (!m) {
-        fprintf(stderr, "bench_amp: %s\n", em_last_error());
-        exit(1);
-    }
+    em_distilbert_seqcls *m = bench_distilbert(c, "bench_amp");
+    if (!m) exit(1);
     em_named_tensors ps = em_module_named_parameters(&m->base);
     em_tensor **params = malloc(sizeof *params * (size_t)ps.n);
     for (int i = 0; i < ps.n; i++) params[i] = ps.items[i].tensor;
     em_optimizer *opt = em_adamw_new(params, ps.n, &(em_adamw_opts){.lr = 5e-5});
-    int64_t B = c->batch, S = c->seq;
-    int64_t *ids = malloc(sizeof *ids * (size_t)(B * S)), lab[64];
-    uint64_t x = 88172645463325252ull;
-    for (int64_t i = 0; i < B * S; i++) {
-        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-        ids[i] = 1 + (int64_t)(x % (uint64_t)(c->vocab - 1));
-    }
-    for (int64_t i = 0; i < B; i++) lab[i] = i % 2;
-    em_tensor *input_ids = em_from_data(ids, 2, (int64_t[]){B, S}, EM_I64);
-    em_tensor *labels = em_from_data(lab, 1, (int64_t[]){B}, EM_I64);
+    em_tensor *input_ids, *labels;
+    bench_batch(c, &input_ids, &labels);
     double *t = malloc(sizeof *t * (size_t)steps);
     for (int r = -2; r < steps; r++) {
         double t0 = now();
@@ -149,7 +130,7 @@ static double train(const config *c, bool bf16, int steps, double *loss)
     em_optimizer_free(opt);
     em_named_tensors_free(&ps);
     em_module_free(&m->base);
-    free(params), free(ids), free(t);
+    free(params), free(t);
     return med;
 }
 
@@ -158,7 +139,7 @@ static void bench_train(const char *only, int steps)
     if (csv) printf("train,config,f32_ms,bf16_ms,f32_tokens_s,bf16_tokens_s,speedup,f32_loss,bf16_loss\n");
     else printf("%-6s %10s %10s %12s %12s %8s\n", "train", "f32 ms", "bf16 ms", "f32 tok/s", "bf16 tok/s", "speedup");
     for (size_t i = 0; i < sizeof configs / sizeof *configs; i++) {
-        const config *c = &configs[i];
+        const bench_config *c = &configs[i];
         if (only && strcmp(only, c->name)) continue;
         double l32, l16, t32 = train(c, false, steps, &l32), t16 = train(c, true, steps, &l16);
         double tok = (double)(c->batch * c->seq);

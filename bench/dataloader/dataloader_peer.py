@@ -11,6 +11,7 @@ Usage: dataloader_peer.py [--vocab F] [--sst2 F] [--epochs N] [--batch B]
 """
 import argparse
 import os
+import sys
 import time
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -18,19 +19,10 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import torch  # noqa: E402
 import transformers  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
-from transformers import BertTokenizerFast, DataCollatorWithPadding  # noqa: E402
+from transformers import DataCollatorWithPadding  # noqa: E402
 
-
-def shared(rel):
-    return os.path.join(os.environ.get("EMBER_SHARED_DATA", "../shared/data"), rel)
-
-
-def load_tokenizer(vocab):
-    try:  # transformers >= 5: the vocabulary as a dict
-        from tokenizers.models import WordPiece
-        return BertTokenizerFast(vocab=WordPiece.read_file(vocab))
-    except TypeError:  # transformers 4
-        return BertTokenizerFast(vocab_file=vocab)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from peer_util import load_tokenizer, shared  # noqa: E402
 
 
 class Pretokenized(torch.utils.data.Dataset):

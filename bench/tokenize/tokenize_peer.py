@@ -8,6 +8,7 @@ the one bench_tokenize prints. Usage: tokenize_peer.py [--vocab F] [--sst2 F] [-
 """
 import argparse
 import os
+import sys
 import time
 
 # One thread: tokenizers' batch encoder runs sequentially without parallelism.
@@ -16,19 +17,9 @@ os.environ["RAYON_NUM_THREADS"] = "1"
 os.environ["RAYON_RS_NUM_CPUS"] = "1"
 
 import transformers  # noqa: E402
-from transformers import BertTokenizerFast  # noqa: E402
 
-
-def shared(rel):
-    return os.path.join(os.environ.get("EMBER_SHARED_DATA", "../shared/data"), rel)
-
-
-def load_tokenizer(vocab):
-    try:  # transformers >= 5: the vocabulary as a dict
-        from tokenizers.models import WordPiece
-        return BertTokenizerFast(vocab=WordPiece.read_file(vocab))
-    except TypeError:  # transformers 4
-        return BertTokenizerFast(vocab_file=vocab)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from peer_util import load_tokenizer, shared  # noqa: E402
 
 
 def main():

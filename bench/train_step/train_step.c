@@ -32,12 +32,7 @@
 #include <time.h>
 #include <unistd.h>
 
-typedef struct config {
-    const char *name;
-    int64_t dim, layers, heads, ffn, vocab, seq, batch;
-} config;
-
-static const config configs[] = {
+static const bench_config configs[] = {
     {"A", 768, 6, 12, 3072, 30522, 128, 8},
     {"B", 256, 4, 4, 1024, 30522, 64, 32},
     {"C", 128, 2, 2, 512, 8192, 32, 64},
@@ -45,16 +40,10 @@ static const config configs[] = {
 
 static bool csv;
 
-static int run(const config *c, int steps)
+static int run(const bench_config *c, int steps)
 {
-    em_set_seed(0);
-    em_distilbert_seqcls *m = em_distilbert_seqcls_new(&(em_distilbert_config){
-        .vocab_size = c->vocab, .n_layers = c->layers, .n_heads = c->heads, .dim = c->dim, .hidden_dim = c->ffn,
-        .num_labels = 2});
-    if (!m) {
-        fprintf(stderr, "bench_train_step: %s\n", em_last_error());
-        return 1;
-    }
+    em_distilbert_seqcls *m = bench_distilbert(c, "bench_train_step");
+    if (!m) return 1;
     em_named_tensors ps = em_module_named_parameters(&m->base);
     const char **names = malloc(sizeof *names * (size_t)ps.n);
     em_tensor **params = malloc(sizeof *params * (size_t)ps.n), **buf = malloc(sizeof *buf * (size_t)ps.n);
@@ -66,16 +55,9 @@ static int run(const config *c, int steps)
 
     /* random ids in [1, vocab), labels in {0, 1}: fixed for the run */
     int64_t B = c->batch, S = c->seq;
-    int64_t *ids = malloc(sizeof *ids * (size_t)(B * S)), *lab = malloc(sizeof *lab * (size_t)B);
-    uint64_t x = 88172645463325252ull;
-    for (int64_t i = 0; i < B * S; i++) {
-        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-        ids[i] = 1 + (int64_t)(x % (uint64_t)(c->vocab - 1));
-    }
-    for (int64_t i = 0; i < B; i++) lab[i] = i % 2;
-    em_tensor *input_ids = em_from_data(ids, 2, (int64_t[]){B, S}, EM_I64);
+    em_tensor *input_ids, *labels;
+    bench_batch(c, &input_ids, &labels);
     em_tensor *mask = em_ones(2, (int64_t[]){B, S}, EM_I64, EM_CPU);
-    em_tensor *labels = em_from_data(lab, 1, (int64_t[]){B}, EM_I64);
     em_module_train(&m->base, true);
 
     int warmup = 2, n = steps;
@@ -116,7 +98,7 @@ static int run(const config *c, int steps)
     em_optimizer_free(opt);
     em_named_tensors_free(&ps);
     em_module_free(&m->base);
-    free(names), free(params), free(buf), free(ids), free(lab);
+    free(names), free(params), free(buf);
     free(t_step), free(t_fwd), free(t_bwd), free(t_opt);
     return 0;
 }

@@ -21,6 +21,12 @@ void em_cpu_gemm(em_gemm_type t, bool trans_a, bool trans_b, int64_t m, int64_t 
                  double alpha, const void *a, int64_t lda, const void *b, int64_t ldb,
                  double beta, void *c, int64_t ldc);
 
+/* Which library runs GEMMs (gemm.c): EMBER_GEMM ("openblas", "onednn"; else
+ * the rule in gemm.c), read on first use; unset, OpenBLAS alone under valgrind
+ * (oneDNN's JIT code confuses it). EM__GEMM_OPENBLAS: oneDNN never runs, bf16
+ * included. */
+enum { EM__GEMM_UNSET, EM__GEMM_RULE, EM__GEMM_OPENBLAS, EM__GEMM_ONEDNN };
+int em__gemm_mode(void);
 /* bf16 GEMM (gemm_bf16.c): C[m,n] = op(A) op(B), A and B bf16, f32 accumulation,
  * C of c_dtype (EM_BF16 or EM_F32). _fast: oneDNN runs bf16 natively here (else
  * the call converts to f32 and the matmul kernel prefers its own f32 path). */

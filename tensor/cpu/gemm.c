@@ -62,18 +62,16 @@
 
 bool em__gemm_prefers_onednn(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k);
 
-enum { MODE_UNSET, MODE_RULE, MODE_OPENBLAS, MODE_ONEDNN };
-
 /* EMBER_GEMM, read on first use (a race only reads the same value twice).
- * Unused in a build without oneDNN, where OpenBLAS takes every product. */
-static __attribute__((unused)) int gemm_mode(void)
+ * A build without oneDNN ignores it: OpenBLAS takes every product. */
+int em__gemm_mode(void)
 {
-    static int mode = MODE_UNSET;
+    static int mode = EM__GEMM_UNSET;
     int m = __atomic_load_n(&mode, __ATOMIC_RELAXED);
-    if (m == MODE_UNSET) {
+    if (m == EM__GEMM_UNSET) {
         const char *e = getenv("EMBER_GEMM");
-        if (!e) m = RUNNING_ON_VALGRIND ? MODE_OPENBLAS : MODE_RULE;
-        else m = !strcmp(e, "openblas") ? MODE_OPENBLAS : !strcmp(e, "onednn") ? MODE_ONEDNN : MODE_RULE;
+        if (!e) m = RUNNING_ON_VALGRIND ? EM__GEMM_OPENBLAS : EM__GEMM_RULE;
+        else m = !strcmp(e, "openblas") ? EM__GEMM_OPENBLAS : !strcmp(e, "onednn") ? EM__GEMM_ONEDNN : EM__GEMM_RULE;
         __atomic_store_n(&mode, m, __ATOMIC_RELAXED);
     }
     return m;
@@ -84,8 +82,8 @@ bool em__gemm_prefers_onednn(bool trans_a, bool trans_b, int64_t m, int64_t n, i
 {
     (void)trans_a;
 #if EMBER_HAVE_ONEDNN
-    int mode = gemm_mode();
-    if (mode != MODE_RULE) return mode == MODE_ONEDNN;
+    int mode = em__gemm_mode();
+    if (mode != EM__GEMM_RULE) return mode == EM__GEMM_ONEDNN;
     if ((double)m * (double)n * (double)k < 64.0 * 64.0 * 64.0) return false;
     if (n < 4) return false;
     if (trans_b && k >= 2048 && n <= 1024) return false;

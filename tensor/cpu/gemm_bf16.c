@@ -37,14 +37,6 @@
 #if EMBER_HAVE_ONEDNN
 #include <oneapi/dnnl/dnnl.h>
 #endif
-#if defined(__has_include)
-#if __has_include(<valgrind/valgrind.h>)
-#include <valgrind/valgrind.h>   /* RUNNING_ON_VALGRIND: a no-op instruction sequence on hardware */
-#endif
-#endif
-#ifndef RUNNING_ON_VALGRIND
-#define RUNNING_ON_VALGRIND 0
-#endif
 
 /* ---- the f32 route (no oneDNN, or no usable primitive) ------------------------------ */
 
@@ -82,8 +74,7 @@ static pthread_once_t once = PTHREAD_ONCE_INIT;
 
 static void init(void)
 {
-    const char *mode = getenv("EMBER_GEMM");
-    if (mode ? !strcmp(mode, "openblas") : RUNNING_ON_VALGRIND) return;   /* oneDNN off: engine stays NULL */
+    if (em__gemm_mode() == EM__GEMM_OPENBLAS) return;   /* oneDNN off: engine stays NULL */
     if (dnnl_engine_create(&engine, dnnl_cpu, 0) != dnnl_success) {
         engine = NULL;
         return;

@@ -35,13 +35,7 @@ static inline float exp_le(float x)
     float n = t - 12582912.0f;
     float r = EM__FMAF(-n, 0.693145751953125f, xc);
     r = EM__FMAF(-n, 1.428606765330187e-06f, r);
-    float p = 1.382953720e-03f;
-    p = EM__FMAF(p, r, 8.374772035e-03f);
-    p = EM__FMAF(p, r, 4.166835546e-02f);
-    p = EM__FMAF(p, r, 1.666642129e-01f);
-    p = EM__FMAF(p, r, 4.999999106e-01f);
-    p = EM__FMAF(p, r, 1.0f);
-    p = EM__FMAF(p, r, 1.0f);
+    float p = em__exp_reduced(r);
     /* 2^n from t's low mantissa bits (n in [-126, 127]); no float->int conversion, so NaN is harmless */
     union { float f; uint32_t u; } tb = {.f = t}, sc;
     sc.u = (tb.u - 0x4B400000u + 127u) << 23;

@@ -36,6 +36,20 @@ EM__VMATH float em__bits_to_f32(int32_t i)
     return u.f;
 }
 
+/* exp(r) for r in [-ln2/2, ln2/2]: degree 6 in Horner form (relative error
+ * 2e-9); the core of em__expf2 and of k_nn.c's exp. */
+EM__VMATH float em__exp_reduced(float r)
+{
+    float p = 1.382953720e-03f;
+    p = EM__FMAF(p, r, 8.374772035e-03f);
+    p = EM__FMAF(p, r, 4.166835546e-02f);
+    p = EM__FMAF(p, r, 1.666642129e-01f);
+    p = EM__FMAF(p, r, 4.999999106e-01f);
+    p = EM__FMAF(p, r, 1.0f);
+    p = EM__FMAF(p, r, 1.0f);
+    return p;
+}
+
 /* exp(a + b), where b is a small correction to a (pass 0 when there is none):
  * the pair lets callers keep the low part of an argument such as -x*x/2. */
 EM__VMATH float em__expf2(float a, float b)
@@ -49,14 +63,7 @@ EM__VMATH float em__expf2(float a, float b)
     float n = (xc * log2e + 12582912.0f) - 12582912.0f;
     float r = EM__FMAF(-n, ln2_hi, a);   /* exact: ln2_hi has 15 significant bits */
     r = EM__FMAF(-n, ln2_lo, r) + b;      /* |r| <= ln2/2 (+ rounding) */
-    /* exp(r) on [-ln2/2, ln2/2], degree 6 (relative error 2e-9) */
-    float p = 1.382953720e-03f;
-    p = EM__FMAF(p, r, 8.374772035e-03f);
-    p = EM__FMAF(p, r, 4.166835546e-02f);
-    p = EM__FMAF(p, r, 1.666642129e-01f);
-    p = EM__FMAF(p, r, 4.999999106e-01f);
-    p = EM__FMAF(p, r, 1.0f);
-    p = EM__FMAF(p, r, 1.0f);
+    float p = em__exp_reduced(r);
     /* times 2^n in two steps, so n in [-150, 128] stays representable and a
      * subnormal result is rounded once. */
     int32_t ni = (int32_t)n;
