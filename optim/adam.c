@@ -15,13 +15,6 @@ static em_status adam_update_ops(const em_optimizer *o, const em__group *g, cons
 const em__optim_kind em__adam_kind = {
     .name = "Adam",
     .defaults = {.lr = 1e-3, .hp = {[EM__ADAM_B1] = 0.9, [EM__ADAM_B2] = 0.999, [EM__ADAM_EPS] = 1e-8}},
-    .state_names = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"},
-    .has_step = true,
-    .resolve = em__adam_resolve,
-    .to_public = em__adam_to_public,
-    .save_meta = em__adam_save_meta,
-    .load_meta = em__adam_load_meta,
-    .n_state = em__adam_n_state,
-    .check = em__adam_check,
+    EM__ADAM_FAMILY_SLOTS,
     .update_ops = adam_update_ops,
 };

@@ -119,14 +119,7 @@ em_status em__adam_load_meta(const em_optimizer *o, const em__meta_in *in, em__g
 const em__optim_kind em__adamw_kind = {
     .name = "AdamW",
     .defaults = {.lr = 1e-3, .weight_decay = 1e-2, .hp = {[B1] = 0.9, [B2] = 0.999, [EPS] = 1e-8}},
-    .state_names = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"},
-    .has_step = true,
-    .resolve = em__adam_resolve,
-    .to_public = em__adam_to_public,
-    .save_meta = em__adam_save_meta,
-    .load_meta = em__adam_load_meta,
-    .n_state = em__adam_n_state,
-    .check = em__adam_check,
+    EM__ADAM_FAMILY_SLOTS,
     .update_ops = adamw_update_ops,
 };
 

@@ -112,6 +112,11 @@ em_status em__adam_load_meta(const em_optimizer *o, const em__meta_in *in, em__g
 int em__adam_n_state(const em_optimizer *o, const em__group *g);
 bool em__adam_check(const em_optimizer *o, const em__group *g, const char *op);
 em_status em__adam_update_ops(const em_optimizer *o, const em__group *g, const em__span *sps, int n, bool l2);
+/* The em__optim_kind slots the family shares (all but name, defaults and update_ops). */
+#define EM__ADAM_FAMILY_SLOTS                                                                           \
+    .state_names = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"}, .has_step = true, .resolve = em__adam_resolve, \
+    .to_public = em__adam_to_public, .save_meta = em__adam_save_meta, .load_meta = em__adam_load_meta,        \
+    .n_state = em__adam_n_state, .check = em__adam_check
 
 /* The registered kinds (optim/kinds.c): the kind named name (torch's class
  * name, case-sensitive), or NULL. */
