@@ -13,6 +13,10 @@
  * device's backend table, then calls the record hook. Misuse when the device
  * has no kernel for the op; returns the kernel's status. */
 em_status em__dispatch(em_kargs *k);
+/* Profiling (tensor/profile.c): dispatch times each kernel while em__profile_on. */
+extern bool em__profile_on;
+uint64_t em__profile_now(void);
+void em__profile_add(em_op op, uint64_t ns);
 /* The GEMM kernels' rule (op_matmul.c): t's last two dims form a row-major
  * matrix or the transpose of one, with a leading dimension BLAS accepts; the
  * matmul and linear front-ends copy an operand that fails it. */

@@ -67,7 +67,14 @@ em_status em__dispatch(em_kargs *k)
         else em__misuse(def->name, "%s", em__backend_absent(first->device, why));
         return EM_ERR_UNSUPPORTED;
     }
-    em_status s = (em_status)kern(k);
+    em_status s;
+    if (__builtin_expect(em__profile_on, 0)) {
+        uint64_t t0 = em__profile_now();
+        s = (em_status)kern(k);
+        em__profile_add(k->op, em__profile_now() - t0);
+    } else {
+        s = (em_status)kern(k);
+    }
     if (s != EM_OK) return s;
     for (int i = 0; i < EM_KARGS_OUT; i++)
         if (k->out[i]) k->out[i]->storage->version++;

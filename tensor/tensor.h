@@ -446,6 +446,19 @@ em_status em_safetensors_save(const char *path, int n, const char *const *names,
 em_status em_safetensors_save_checked(const char *path, int n, const char *const *names, em_tensor *const *ts,
                                       int n_meta, const char *const *meta_keys, const char *const *meta_values);
 
+/* ---- profiling --------------------------------------------------------------
+ * Per-op kernel time, for finding where a step goes (torch.profiler's table,
+ * by op). EMBER_PROFILE=1 in the environment turns it on at load and prints
+ * the whole process's table to stderr at exit. CPU kernels are timed whole;
+ * on CUDA only the launch is (synchronize around the region to see it all). */
+/** Turns the per-op timing on or off (off by default; costs one clock read per op when on). */
+void em_profile_enable(bool on);
+/** Zeroes every op's counters. */
+void em_profile_reset(void);
+/** Prints the counters since the last reset, largest first: op, calls, ms and share of the
+ * total, with title (may be NULL) in the heading; f NULL means stderr. */
+void em_profile_print(FILE *f, const char *title);
+
 /* ---- caller locations for misuse messages --------------------------------
  * User code calls ops through same-named macros that record __FILE__:__LINE__;
  * the library itself is built with EMBER_BUILDING and calls the functions. */

@@ -285,10 +285,53 @@ START_TEST(test_buffer_and_file)
 }
 END_TEST
 
+/* The per-op profile: counts what ran while on, nothing while off or after a reset. */
+static char *profile_text(void)
+{
+    char *mem = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&mem, &len);
+    em_profile_print(f, "test");
+    fclose(f);
+    return mem;
+}
+
+/* The calls column of op's row in a printed profile, or -1 without a row. */
+static long long calls_of(const char *text, const char *op)
+{
+    char name[32];
+    unsigned long long calls;
+    for (const char *p = text; (p = strchr(p, '\n')) != NULL; p++)
+        if (sscanf(p + 1, "%31s %llu", name, &calls) == 2 && !strcmp(name, op)) return (long long)calls;
+    return -1;
+}
+
+START_TEST(test_profile)
+{
+    em_scope_begin();
+    em_tensor *a = em_ones(EM_SHAPE(64), EM_F32, EM_CPU);
+    em_profile_reset();
+    em_profile_enable(true);
+    for (int i = 0; i < 3; i++) em_add(a, a);
+    em_exp(a);
+    em_profile_enable(false);
+    em_add(a, a);   /* not counted */
+    char *t = profile_text();
+    ck_assert_msg(strstr(t, "ember profile: kernel time by op - test\n"), "%s", t);
+    ck_assert_msg(calls_of(t, "add") == 3 && calls_of(t, "exp") == 1 && calls_of(t, "mul") == -1, "%s", t);
+    free(t);
+    em_profile_reset();
+    char *u = profile_text();
+    ck_assert_msg(calls_of(u, "add") == -1 && strstr(u, "total"), "%s", u);
+    free(u);
+    em_scope_end();
+}
+END_TEST
+
 static Suite *make_suite(void)
 {
     Suite *s = suite_create("print");
-    tu_add_tests(tu_case(s, "print", 0), test_cases, test_layouts, test_buffer_and_file);
+    tu_add_tests(tu_case(s, "print", 0), test_cases, test_layouts, test_buffer_and_file, test_profile);
     return s;
 }
 

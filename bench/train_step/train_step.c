@@ -15,7 +15,7 @@
  * warmup, its phases, tokens/s (batch*seq / step), and the process's peak RSS
  * (each config runs in its own child process, so peaks do not mix).
  *
- * Usage: bench_train_step [--config A|B|C] [--steps N] [--csv]
+ * Usage: bench_train_step [--config A|B|C] [--steps N] [--csv] [--profile]
  * Threads: 2 (the peer's count) unless EM_NUM_THREADS or OMP_NUM_THREADS is set.
  * bench/train_step/torch_peer.py runs the same step with transformers and,
  * given --ember, this program too, in the same environment.
@@ -38,7 +38,7 @@ static const bench_config configs[] = {
     {"C", 128, 2, 2, 512, 8192, 32, 64},
 };
 
-static bool csv;
+static bool csv, profile;   /* --profile: the last step's per-op kernel time, forward and backward */
 
 static int run(const bench_config *c, int steps)
 {
@@ -66,13 +66,17 @@ static int run(const bench_config *c, int steps)
     double loss = 0;
     em_memory_reset_peak(EM_CPU);
     for (int r = -warmup; r < n; r++) {
+        bool prof = profile && r == n - 1;   /* the last step's per-op split, outside the medians' effect */
+        if (prof) em_profile_reset(), em_profile_enable(true);
         double t0 = bench_now(), t1, t2;
         EM_SCOPE {
             em_seqcls_output o = em_distilbert_seqcls_forward(m, &(em_seqcls_inputs){input_ids, mask, NULL, labels});
             t1 = bench_now();
+            if (prof) em_profile_print(stdout, "forward"), em_profile_reset();
             em_backward(o.loss);
             loss = em_item(o.loss);
         }
+        if (prof) em_profile_print(stdout, "backward"), em_profile_enable(false);
         t2 = bench_now();
         em_optimizer_step(opt);
         em_scheduler_step(sched);
@@ -109,10 +113,11 @@ int main(int argc, char **argv)
     int steps = 5;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--csv")) csv = true;
+        else if (!strcmp(argv[i], "--profile")) profile = true;
         else if (!strcmp(argv[i], "--config") && i + 1 < argc) only = argv[++i];
         else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: %s [--config A|B|C] [--steps N] [--csv]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--config A|B|C] [--steps N] [--csv] [--profile]\n", argv[0]);
             return 2;
         }
     }
