@@ -34,13 +34,13 @@ em_bert_config em_bert_config_resolve(const em_bert_config *cfg)
     return c;
 }
 
-static double classifier_dropout(const em_bert_config *c)
+double em__bert_classifier_dropout(const em_bert_config *c)
 {
     return c->classifier_dropout == 0 && !__builtin_signbit(c->classifier_dropout) ? c->hidden_dropout_prob
                                                                                    : c->classifier_dropout;
 }
 
-static const char *bad_config(const em_bert_config *c, char *buf, size_t cap)
+const char *em__bert_bad_config(const em_bert_config *c, char *buf, size_t cap)
 {
     if (c->vocab_size <= 0 || c->hidden_size <= 0 || c->num_hidden_layers <= 0 || c->num_attention_heads <= 0 ||
         c->intermediate_size <= 0 || c->max_position_embeddings <= 0 || c->type_vocab_size <= 0 || c->num_labels <= 0)
@@ -52,8 +52,8 @@ static const char *bad_config(const em_bert_config *c, char *buf, size_t cap)
         snprintf(buf, cap, "pad_token_id %lld is outside the vocabulary [0, %lld)", (long long)c->pad_token_id,
                  (long long)c->vocab_size);
     else if (!(c->hidden_dropout_prob >= 0 && c->hidden_dropout_prob <= 1 && c->attention_probs_dropout_prob >= 0 &&
-               c->attention_probs_dropout_prob < 1 && classifier_dropout(c) >= 0 && classifier_dropout(c) <= 1 &&
-               c->layer_norm_eps >= 0 && c->initializer_range >= 0))
+               c->attention_probs_dropout_prob < 1 && em__bert_classifier_dropout(c) >= 0 &&
+               em__bert_classifier_dropout(c) <= 1 && c->layer_norm_eps >= 0 && c->initializer_range >= 0))
         snprintf(buf, cap, "dropouts must be in [0, 1] (attention < 1); eps and initializer_range >= 0");
     else if ((unsigned)c->hidden_act > EM_ACT_TANH || (unsigned)c->problem_type > EM_PROBLEM_MULTI_LABEL)
         snprintf(buf, cap, "unknown hidden_act %d or problem_type %d", (int)c->hidden_act, (int)c->problem_type);
@@ -84,8 +84,8 @@ typedef struct bert_layer {
 struct em_bert_model {
     em_module base;
     em_bert_config config;
-    bert_embeddings *embeddings;
-    bert_layer **layer;
+    void **layer;           /* the bert_layers */
+    em__encoder enc;        /* what the encoder pass sees of them and the embeddings */
     em_nn_linear *pooler;   /* pooler.dense, or NULL */
 };
 
@@ -94,6 +94,8 @@ struct em_bert_model {
 EM__FAMILY_FUNCTIONS(bert, "BertModel")
 
 
+static em_tensor *layer_forward(void *layer, em_tensor *x, em_tensor *m4, const em__packing *plan);
+
 /* A child module with no parameters of its own, named for the layout. */
 static em_module *group(em_module *parent, const char *name, const char *type)
 {
@@ -101,15 +103,17 @@ static em_module *group(em_module *parent, const char *name, const char *type)
     return em__add_child(parent, name, g) ? g : NULL;
 }
 
-static bert_embeddings *embeddings_new(const em_bert_config *c)
+/* position_pad >= 0: the position embedding's padding_idx (RoBERTa's), else none */
+static bert_embeddings *embeddings_new(const em_bert_config *c, int64_t position_pad)
 {
     bert_embeddings *e = em__module_alloc(sizeof *e, "BertEmbeddings");
     if (!e) return NULL;
     int64_t H = c->hidden_size;
     em_nn_embedding_opts wo = {.has_padding_idx = true, .padding_idx = c->pad_token_id};
+    em_nn_embedding_opts po = {.has_padding_idx = position_pad >= 0, .padding_idx = position_pad};
     bool ok = em__add_child(&e->base, "word_embeddings", e->word = em_nn_embedding_new(c->vocab_size, H, &wo)) &&
               em__add_child(&e->base, "position_embeddings",
-                            e->position = em_nn_embedding_new(c->max_position_embeddings, H, NULL)) &&
+                            e->position = em_nn_embedding_new(c->max_position_embeddings, H, &po)) &&
               em__add_child(&e->base, "token_type_embeddings",
                             e->token_type = em_nn_embedding_new(c->type_vocab_size, H, NULL)) &&
               em__add_child(&e->base, "LayerNorm",
@@ -146,22 +150,37 @@ static bert_layer *layer_new(const em_bert_config *c)
     return em__built(&l->base, ok);
 }
 
+bool em__bert_body(em_module *m, const em_bert_config *c, bool positions_from_ids, void **layers, em__encoder *enc,
+                   em_nn_linear **pooler)
+{
+    em_module *enc_g, *list, *pool;
+    bert_embeddings *e;
+    *pooler = NULL;
+    bool ok = em__add_child(m, "embeddings", e = embeddings_new(c, positions_from_ids ? c->pad_token_id : -1)) &&
+              (enc_g = group(m, "encoder", "BertEncoder")) && (list = group(enc_g, "layer", "ModuleList"));
+    for (int64_t i = 0; ok && i < c->num_hidden_layers; i++) ok = em__add_indexed(list, i, layers[i] = layer_new(c));
+    if (ok && !c->no_pooler)
+        ok = (pool = group(m, "pooler", "BertPooler")) &&
+             em__add_child(pool, "dense", *pooler = em_nn_linear_new(c->hidden_size, c->hidden_size, NULL));
+    if (ok)
+        *enc = (em__encoder){.word = e->word, .position = e->position, .token_type = e->token_type,
+                             .position_ids = e->position_ids, .ln = e->ln, .dropout = e->dropout,
+                             .layers = (void *const *)layers, .n_layers = c->num_hidden_layers,
+                             .max_positions = c->max_position_embeddings, .layer_forward = layer_forward,
+                             .positions_from_ids = positions_from_ids, .padding_idx = c->pad_token_id};
+    return ok;
+}
+
 static em_bert_model *model_build(const em_bert_config *cfg)
 {
     char why[256];
     em_bert_config c = em_bert_config_resolve(cfg);
-    em_bert_model *m =
-        em__model_alloc(sizeof *m, "BertModel", "em_bert_model_new", bad_config(&c, why, sizeof why), model_destroy);
+    em_bert_model *m = em__model_alloc(sizeof *m, "BertModel", "em_bert_model_new",
+                                       em__bert_bad_config(&c, why, sizeof why), model_destroy);
     if (!m) return NULL;
     m->config = c;
-    em_module *enc, *list, *pool;
     bool ok = (m->layer = em__calloc((size_t)c.num_hidden_layers, sizeof *m->layer)) &&
-              em__add_child(&m->base, "embeddings", m->embeddings = embeddings_new(&c)) &&
-              (enc = group(&m->base, "encoder", "BertEncoder")) && (list = group(enc, "layer", "ModuleList"));
-    for (int64_t i = 0; ok && i < c.num_hidden_layers; i++) ok = em__add_indexed(list, i, m->layer[i] = layer_new(&c));
-    if (ok && !c.no_pooler)
-        ok = (pool = group(&m->base, "pooler", "BertPooler")) &&
-             em__add_child(pool, "dense", m->pooler = em_nn_linear_new(c.hidden_size, c.hidden_size, NULL));
+              em__bert_body(&m->base, &c, false, m->layer, &m->enc, &m->pooler);
     return em__built(&m->base, ok);
 }
 
@@ -173,7 +192,8 @@ static em_bert_seqcls *seqcls_build(const em_bert_config *cfg)
     if (!s) return NULL;
     s->bert = body;
     s->config = body->config;
-    bool ok = em__add_child(&s->base, "dropout", s->dropout = em_nn_dropout_new(classifier_dropout(&s->config))) &&
+    double p = em__bert_classifier_dropout(&s->config);
+    bool ok = em__add_child(&s->base, "dropout", s->dropout = em_nn_dropout_new(p)) &&
               em__add_child(&s->base, "classifier",
                             s->classifier = em_nn_linear_new(s->config.hidden_size, s->config.num_labels, NULL));
     return em__built(&s->base, ok);
@@ -208,12 +228,7 @@ static em_tensor *layer_forward(void *layer, em_tensor *x, em_tensor *m4, const 
 static em_tensor *encode(em_bert_model *m, em_tensor *ids, em_tensor *mask, em_tensor *types, em_tensor **pooled,
                          bool first_only, const char *op)
 {
-    bert_embeddings *e = m->embeddings;
-    em__encoder enc = {.word = e->word, .position = e->position, .token_type = e->token_type,
-                       .position_ids = e->position_ids, .ln = e->ln, .dropout = e->dropout,
-                       .layers = (void *const *)m->layer, .n_layers = m->config.num_hidden_layers,
-                       .max_positions = m->config.max_position_embeddings, .layer_forward = layer_forward};
-    em_tensor *x = em__encoder_forward(&enc, ids, mask, types, first_only, op), *p = NULL;
+    em_tensor *x = em__encoder_forward(&m->enc, ids, mask, types, first_only, op), *p = NULL;
     if (pooled) *pooled = NULL;
     if (!x || !pooled || !m->pooler) return x;
     em_scope_begin();
@@ -249,9 +264,8 @@ em_seqcls_output em_bert_seqcls_forward(em_bert_seqcls *m, const em_seqcls_input
 
 /* ---- config.json ------------------------------------------------------------------------------------ */
 
-static em_status parse(const cJSON *j, const char *path, void *out)
+em_status em__bert_config_parse(const cJSON *j, const char *path, em_bert_config *c)
 {
-    em_bert_config c = em_bert_config_resolve(NULL);
     em_status s = EM_OK;
     const cJSON *pet = cJSON_GetObjectItemCaseSensitive(j, "position_embedding_type");
     if (pet && !(cJSON_IsString(pet) && !strcmp(pet->valuestring, "absolute")))
@@ -262,42 +276,48 @@ static em_status parse(const cJSON *j, const char *path, void *out)
     if (!s) s = em__json_bool(j, path, "add_cross_attention", &cross);
     if (!s && (decoder || cross))
         return em__fail(EM_ERR_UNSUPPORTED, "%s: is_decoder / add_cross_attention are not supported (encoders only)", path);
-    if (!s) s = em__json_int(j, path, "vocab_size", 1, &c.vocab_size);
-    if (!s) s = em__json_int(j, path, "hidden_size", 1, &c.hidden_size);
-    if (!s) s = em__json_int(j, path, "num_hidden_layers", 1, &c.num_hidden_layers);
-    if (!s) s = em__json_int(j, path, "num_attention_heads", 1, &c.num_attention_heads);
-    if (!s) s = em__json_int(j, path, "intermediate_size", 1, &c.intermediate_size);
-    if (!s) s = em__json_activation(j, path, "hidden_act", &c.hidden_act);
-    if (!s) s = em__json_num(j, path, "hidden_dropout_prob", 0, 1, &c.hidden_dropout_prob);
-    if (!s) s = em__json_num(j, path, "attention_probs_dropout_prob", 0, 0.999999, &c.attention_probs_dropout_prob);
-    if (!s) s = em__json_int(j, path, "max_position_embeddings", 1, &c.max_position_embeddings);
-    if (!s) s = em__json_int(j, path, "type_vocab_size", 1, &c.type_vocab_size);
-    if (!s) s = em__json_num(j, path, "initializer_range", 0, 1e9, &c.initializer_range);
-    if (!s) s = em__json_num(j, path, "layer_norm_eps", 0, 1, &c.layer_norm_eps);
-    if (!s) s = em__json_int(j, path, "pad_token_id", 0, &c.pad_token_id);
+    if (!s) s = em__json_int(j, path, "vocab_size", 1, &c->vocab_size);
+    if (!s) s = em__json_int(j, path, "hidden_size", 1, &c->hidden_size);
+    if (!s) s = em__json_int(j, path, "num_hidden_layers", 1, &c->num_hidden_layers);
+    if (!s) s = em__json_int(j, path, "num_attention_heads", 1, &c->num_attention_heads);
+    if (!s) s = em__json_int(j, path, "intermediate_size", 1, &c->intermediate_size);
+    if (!s) s = em__json_activation(j, path, "hidden_act", &c->hidden_act);
+    if (!s) s = em__json_num(j, path, "hidden_dropout_prob", 0, 1, &c->hidden_dropout_prob);
+    if (!s) s = em__json_num(j, path, "attention_probs_dropout_prob", 0, 0.999999, &c->attention_probs_dropout_prob);
+    if (!s) s = em__json_int(j, path, "max_position_embeddings", 1, &c->max_position_embeddings);
+    if (!s) s = em__json_int(j, path, "type_vocab_size", 1, &c->type_vocab_size);
+    if (!s) s = em__json_num(j, path, "initializer_range", 0, 1e9, &c->initializer_range);
+    if (!s) s = em__json_num(j, path, "layer_norm_eps", 0, 1, &c->layer_norm_eps);
+    if (!s) s = em__json_int(j, path, "pad_token_id", 0, &c->pad_token_id);
     const cJSON *cd = cJSON_GetObjectItemCaseSensitive(j, "classifier_dropout");
     if (!s && cd && !cJSON_IsNull(cd)) {
-        s = em__json_num(j, path, "classifier_dropout", 0, 1, &c.classifier_dropout);
-        if (c.classifier_dropout == 0) c.classifier_dropout = EM_ZERO;
+        s = em__json_num(j, path, "classifier_dropout", 0, 1, &c->classifier_dropout);
+        if (c->classifier_dropout == 0) c->classifier_dropout = EM_ZERO;
     }
-    if (!s) s = em__json_labels(j, path, &c.num_labels, &c.problem_type);
-    if (!s && c.hidden_size % c.num_attention_heads)
+    if (!s) s = em__json_labels(j, path, &c->num_labels, &c->problem_type);
+    if (!s && c->hidden_size % c->num_attention_heads)
         s = em__fail(EM_ERR_INVALID, "%s: num_attention_heads %lld does not divide hidden_size %lld", path,
-                     (long long)c.num_attention_heads, (long long)c.hidden_size);
-    if (!s && c.pad_token_id >= c.vocab_size)
+                     (long long)c->num_attention_heads, (long long)c->hidden_size);
+    if (!s && c->pad_token_id >= c->vocab_size)
         s = em__fail(EM_ERR_INVALID, "%s: pad_token_id %lld is outside the vocabulary of %lld", path,
-                     (long long)c.pad_token_id, (long long)c.vocab_size);
-    if (c.hidden_dropout_prob == 0) c.hidden_dropout_prob = EM_ZERO;
-    if (c.attention_probs_dropout_prob == 0) c.attention_probs_dropout_prob = EM_ZERO;
-    if (c.initializer_range == 0) c.initializer_range = EM_ZERO;
-    if (c.layer_norm_eps == 0) c.layer_norm_eps = EM_ZERO;
+                     (long long)c->pad_token_id, (long long)c->vocab_size);
+    if (c->hidden_dropout_prob == 0) c->hidden_dropout_prob = EM_ZERO;
+    if (c->attention_probs_dropout_prob == 0) c->attention_probs_dropout_prob = EM_ZERO;
+    if (c->initializer_range == 0) c->initializer_range = EM_ZERO;
+    if (c->layer_norm_eps == 0) c->layer_norm_eps = EM_ZERO;
+    return s;
+}
+
+static em_status parse(const cJSON *j, const char *path, void *out)
+{
+    em_bert_config c = em_bert_config_resolve(NULL);
+    em_status s = em__bert_config_parse(j, path, &c);
     if (!s) *(em_bert_config *)out = c;
     return s;
 }
 
-static bool write(cJSON *j, const em_module *m)
+bool em__bert_config_write(cJSON *j, const em_bert_config *c)
 {
-    const em_bert_config *c = config_of(m);
     bool ok = cJSON_AddNumberToObject(j, "attention_probs_dropout_prob", c->attention_probs_dropout_prob + 0.0) &&
               (c->classifier_dropout == 0 && !__builtin_signbit(c->classifier_dropout)   /* None */
                    ? cJSON_AddNullToObject(j, "classifier_dropout") != NULL
@@ -318,8 +338,9 @@ static bool write(cJSON *j, const em_module *m)
     return ok;
 }
 
-/* f32 parameter count by part, named with this config's fields */
-static void size(const void *cfg, int num_labels, em__arch_size *out)
+static bool write(cJSON *j, const em_module *m) { return em__bert_config_write(j, config_of(m)); }
+
+void em__bert_size(const void *cfg, int num_labels, em__arch_size *out)
 {
     const em_bert_config *c = cfg;
     em__encoder_size((double)c->vocab_size, (double)(c->max_position_embeddings + c->type_vocab_size),
@@ -327,6 +348,8 @@ static void size(const void *cfg, int num_labels, em__arch_size *out)
     out->emb_fields = "vocab_size %.0f x hidden_size %.0f";
     out->layer_fields = "num_hidden_layers %.0f x %.3g parameters each (hidden_size %.0f, intermediate_size %.0f)";
 }
+
+static void size(const void *cfg, int num_labels, em__arch_size *out) { em__bert_size(cfg, num_labels, out); }
 
 const em__arch em__bert_arch = {
     .model_type = "bert", .prefix = "bert", .class_prefix = "Bert",

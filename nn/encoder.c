@@ -1,4 +1,4 @@
-/* ember — what the encoder families (DistilBERT, BERT) share (nn_internal.h):
+/* ember — what the encoder families (DistilBERT, BERT and those on its layout) share (nn_internal.h):
  * building a model of a family, the pieces their constructors use, the
  * encoder pass, the sequence-classification loss and output, and their
  * parameter count. */
@@ -64,14 +64,35 @@ void *em__seqcls_alloc(size_t size, const char *type, em_module *body, const cha
     return em__built(s, em__add_child(s, prefix, body));
 }
 
+/* RoBERTa's position ids for ids (em__encoder.positions_from_ids), i64 [B,S] on ids'
+ * device, in the caller's scope. Integers with no gradient: computed on the host. */
+static em_tensor *positions_from_ids(em_tensor *ids, int64_t pad)
+{
+    em_tensor *h = em_contiguous(em_to_dtype(em_to(ids, EM_CPU), EM_I64));
+    em_tensor *pos = h ? em_empty(2, ids->shape, EM_I64, EM_CPU) : NULL;
+    if (!pos) return NULL;
+    const int64_t *in = em_data_ptr(h);
+    int64_t *out = em_data_ptr(pos);
+    for (int64_t b = 0; b < ids->shape[0]; b++) {
+        int64_t n = 0;
+        for (int64_t s = 0; s < ids->shape[1]; s++) {
+            int64_t i = b * ids->shape[1] + s;
+            out[i] = in[i] == pad ? pad : pad + ++n;
+        }
+    }
+    return em_to(pos, ids->device);
+}
+
 em_tensor *em__encoder_forward(const em__encoder *enc, em_tensor *ids, em_tensor *mask, em_tensor *types,
                                bool first_only, const char *op)
 {
     EM_PROPAGATE_NULL_IN(op, ids);
     EM_CHECK(ids->ndim == 2 && (ids->dtype == EM_I64 || ids->dtype == EM_I32), op,
              "input_ids must be i64/i32 [batch, seq], got %s %s", em_dtype_name(ids->dtype), em__shape_str(ids));
-    EM_CHECK(ids->shape[1] <= enc->max_positions, op, "sequence length %lld exceeds max_position_embeddings %lld",
-             (long long)ids->shape[1], (long long)enc->max_positions);
+    int64_t offset = enc->positions_from_ids ? enc->padding_idx + 1 : 0;   /* rows before the first position */
+    EM_CHECK(ids->shape[1] + offset <= enc->max_positions, op, "sequence length %lld exceeds max_position_embeddings %lld%s",
+             (long long)ids->shape[1], (long long)enc->max_positions,
+             offset ? " less the rows before the first position (pad_token_id + 1)" : "");
     EM_CHECK(!types || (types->ndim == 2 && types->shape[0] == ids->shape[0] && types->shape[1] == ids->shape[1]), op,
              "token_type_ids %s do not match input_ids %s", em__shape_str(types), em__shape_str(ids));
     int64_t B = ids->shape[0], S = ids->shape[1];
@@ -79,7 +100,8 @@ em_tensor *em__encoder_forward(const em__encoder *enc, em_tensor *ids, em_tensor
     em_scope_begin();
     em_tensor *m4 = em__attention_mask4(mask, B, S, op);   /* built once, shared by every layer */
     if (!mask || m4) {
-        em_tensor *pos = em_narrow(enc->position_ids, 1, 0, S);
+        em_tensor *pos = enc->positions_from_ids ? positions_from_ids(ids, enc->padding_idx)
+                                                 : em_narrow(enc->position_ids, 1, 0, S);
         if (pos && !em_device_eq(pos->device, ids->device)) pos = em_to(pos, ids->device);
         em_tensor *x = em_nn_embedding_forward(enc->word, ids);
         if (enc->token_type) {   /* HF's order: (word + token_type) + position */

@@ -7,7 +7,7 @@
 
 /* One X(<x>) per family, whose file defines `const em__arch em__<x>_arch`.
  * distilbert before bert: the "architectures" hint matches class-name prefixes. */
-#define EM__FAMILIES(X) X(distilbert) X(bert)
+#define EM__FAMILIES(X) X(distilbert) X(bert) X(roberta)
 
 #define DECLARE(x) extern const em__arch em__##x##_arch;
 EM__FAMILIES(DECLARE)

@@ -504,15 +504,15 @@ const em_bert_config *em_bert_model_config(const em_bert_model *m);
  * token_type_ids NULL: zeros. */
 em_seqcls_output em_bert_seqcls_forward(em_bert_seqcls *m, const em_seqcls_inputs *in);
 
-/** Either sequence classifier (DistilBERT or BERT), dispatched on m->type. */
+/** Any registered family's sequence classifier (DistilBERT, BERT, RoBERTa), dispatched on its family. */
 em_seqcls_output em_seqcls_forward(em_module *m, const em_seqcls_inputs *in);
 /** The classifier's num_labels (0 when m is not a sequence classifier). */
 int em_seqcls_num_labels(const em_module *m);
-/** What a sequence classifier's config holds, whichever class it is (DistilBERT or
- * BERT); all zero and NULL when m is not one. */
+/** What a sequence classifier's config holds, whichever family it is (DistilBERT,
+ * BERT, RoBERTa); all zero and NULL when m is not one. */
 typedef struct em_seqcls_info {
     int64_t vocab_size;                /**< rows of the word embedding */
-    int64_t max_position_embeddings;   /**< the longest input it takes */
+    int64_t max_position_embeddings;   /**< the config's: the longest input it takes (RoBERTa: less pad_token_id + 1) */
     int num_labels;                    /**< outputs of the classifier */
     const char *const *id2label;       /**< num_labels names (owned by m), or NULL when unset */
 } em_seqcls_info;
@@ -555,8 +555,9 @@ void em_load_report_free(em_load_report *r);   /**< frees the lists and zeroes *
  * checkpoint): pre_classifier.weight, ..."); nothing when all keys matched. */
 void em_load_report_print(const em_load_report *r, FILE *f);
 
-/** The sequence classifier that config.json's model_type names ("distilbert"
- * or "bert"), like AutoModelForSequenceClassification. report may be NULL. */
+/** The sequence classifier that config.json's model_type names ("distilbert",
+ * "bert", "roberta": the families nn/families.c registers), like
+ * AutoModelForSequenceClassification. report may be NULL. */
 em_status em_seqcls_from_pretrained(const char *dir, const em_pretrained_opts *opts, em_module **out,
                                     em_load_report *report);
 /** A DistilBertForSequenceClassification from dir into *out (the caller frees

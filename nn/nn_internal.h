@@ -219,8 +219,13 @@ typedef struct em__encoder {
     void *const *layers;
     int64_t n_layers, max_positions;
     em__layer_fn layer_forward;
+    /* The position-id rule. false: 0..S-1 (BERT, DistilBERT). true: RoBERTa's, from the ids
+     * (HF create_position_ids_from_input_ids): padding_idx + the count of non-padding tokens
+     * so far, padding_idx at a padding token; inputs then take S <= max_positions - padding_idx - 1. */
+    bool positions_from_ids;
+    int64_t padding_idx;
 } em__encoder;
-/* The encoder pass: checks ids (i64/i32 [B,S], S <= max_positions) and types
+/* The encoder pass: checks ids (i64/i32 [B,S], S within max_positions: see positions_from_ids) and types
  * (NULL, or ids' shape), misuse naming op; embeds as HF ((word + token_type)
  * + position), then LayerNorm, dropout and the layers, with the mask's
  * [B,1,1,S] form built once. first_only: the caller reads only each
@@ -234,6 +239,26 @@ em_tensor *em__encoder_forward(const em__encoder *enc, em_tensor *ids, em_tensor
  * scope; {NULL, NULL} when the logits or the loss failed. */
 em_seqcls_output em__seqcls_output(em_tensor *logits, em_tensor *labels, int num_labels, em_problem_type *pt,
                                    const char *op);
+
+/* ---- the BERT layout (nn/bert.c), which RoBERTa's file builds on ------------------------------- */
+/* Adds BertModel's children to m as modeling_bert.py names them ("embeddings",
+ * "encoder.layer.<i>" into layers[0..c->num_hidden_layers), and "pooler.dense"
+ * into *pooler unless c->no_pooler, else *pooler = NULL) and fills *enc for
+ * em__encoder_forward; positions_from_ids: RoBERTa's position rule (em__encoder),
+ * and the position embedding's padding row is c->pad_token_id. The modules keep
+ * BERT's type names. false on OOM (m is the caller's to free). c is resolved. */
+bool em__bert_body(em_module *m, const em_bert_config *c, bool positions_from_ids, void **layers, em__encoder *enc,
+                   em_nn_linear **pooler);
+/* Why c cannot be built (into buf, returned), or NULL when it can. */
+const char *em__bert_bad_config(const em_bert_config *c, char *buf, size_t cap);
+/* The head's dropout: classifier_dropout, or hidden_dropout_prob when that is None (+0.0). */
+double em__bert_classifier_dropout(const em_bert_config *c);
+/* BertConfig's config.json fields read over *c (the caller's defaults), errors as em__arch.parse. */
+em_status em__bert_config_parse(const cJSON *j, const char *path, em_bert_config *c);
+/* BertConfig's fields into j, as em__arch.write. */
+bool em__bert_config_write(cJSON *j, const em_bert_config *c);
+/* em__arch.size for an em_bert_config. */
+void em__bert_size(const void *cfg, int num_labels, em__arch_size *out);
 
 /* What every encoder family's file writes the same way, expanded once there,
  * after its bad_config and before its model_build and seqcls_build (which it

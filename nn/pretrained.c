@@ -731,7 +731,7 @@ em_status em_save_pretrained(const em_module *m, const char *dir)
     em__head head;
     const em__arch *a = m && dir ? em__arch_of(m, &head) : NULL;
     if (!a) {
-        em__misuse("em_save_pretrained", "expected a DistilBERT or BERT model built by ember and a folder, got %s",
+        em__misuse("em_save_pretrained", "expected a model of a registered family built by ember and a folder, got %s",
                    m ? m->type : "NULL");
         return EM_ERR_INVALID;
     }
