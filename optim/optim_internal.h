@@ -139,44 +139,9 @@ double em__opt_value(double v, double def);
  * with EM__OPT_FMA_TARGET and explicit fma() where torch fuses, and dispatch on
  * em__opt_have_fma(), so that trajectories agree with torch's bit for bit. */
 extern bool em__opt_plain;   /* tests: force the unfused kernels */
-#if defined(__x86_64__) || defined(__i386__)
-#define EM__OPT_FMA_TARGET __attribute__((target("avx2,fma")))
-static inline bool em__opt_have_fma(void)
-{
-    return !em__opt_plain && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-}
-#else
-#define EM__OPT_FMA_TARGET
-static inline bool em__opt_have_fma(void)
-{
-#ifdef __FP_FAST_FMAF
-    return !em__opt_plain;
-#else
-    return false;
-#endif
-}
-#endif
-#define EM__MADD_PLAIN(a, b, c) ((a) * (b) + (c))
-
-/* Runs BODY with int64_t variables b, e bound to pieces of [0, n) on OpenMP
- * threads (one piece when n < grain or inside a parallel region). Pieces start
- * on multiples of 64 elements. */
-#define EM__OPT_PARALLEL(n_, grain_, BODY)                                                           \
-    do {                                                                                            \
-        int64_t em__n = (n_), em__nt = em__n / (grain_);                                            \
-        if (em__nt > em_num_threads()) em__nt = em_num_threads();                                   \
-        if (em__nt <= 1 || omp_in_parallel()) {                                                     \
-            int64_t b = 0, e = em__n;                                                               \
-            BODY;                                                                                   \
-        } else {                                                                                    \
-            _Pragma("omp parallel num_threads((int)em__nt)") {                                      \
-                int64_t em__t = omp_get_thread_num(), em__T = omp_get_num_threads();                \
-                int64_t b = em__t == 0 ? 0 : (em__n * em__t / em__T) & ~(int64_t)63;                \
-                int64_t e = em__t == em__T - 1 ? em__n : (em__n * (em__t + 1) / em__T) & ~(int64_t)63; \
-                if (b < e) { BODY; }                                                                \
-            }                                                                                       \
-        }                                                                                           \
-    } while (0)
+#define EM__OPT_FMA_TARGET EM__FMA_TARGET
+static inline bool em__opt_have_fma(void) { return !em__opt_plain && em__cpu_has_fma(); }
+#define EM__OPT_PARALLEL EM__PARALLEL_RANGE
 
 /* A hook from above (installed by distributed/'s Accelerator, which owns the
  * loop's GradScaler): true when gradients about to be clipped may still carry

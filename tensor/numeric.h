@@ -1,7 +1,8 @@
 /* ember — numbers element by element: dtype conversion (round to nearest
- * even) and the Philox4x32-10 generator that every device shares. For
- * kernels, and for layers that read or write raw tensor data (data's dense
- * tensors, the tests). Not installed. */
+ * even), the Philox4x32-10 generator that every device shares, and the two
+ * tools of CPU loops over contiguous elements (the FMA target, and splitting
+ * a range over OpenMP threads). For kernels, and for layers that read or
+ * write raw tensor data (data's dense tensors, optim's CPU loops, the tests). Not installed. */
 #ifndef EMBER_TENSOR_NUMERIC_H
 #define EMBER_TENSOR_NUMERIC_H
 
@@ -28,5 +29,46 @@ void em__philox_batch16(uint64_t seed, uint64_t first, uint32_t x[16][4]);
 void em__philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
 /* u in [0,1) from 24 random bits: (x >> 8) * 2^-24 (exactly representable in f32). */
 static inline float em__u32_to_unit(uint32_t x) { return (float)(x >> 8) * (1.0f / 16777216.0f); }
+
+
+/* ---- CPU loops over contiguous elements ---------------------------------------
+ * EM__FMA_TARGET compiles a function for AVX2+FMA (x86; nothing elsewhere), and
+ * em__cpu_has_fma says whether this CPU runs it: together they give loops whose
+ * multiply-adds are fused exactly where torch's vectorized kernels fuse them. */
+#if defined(__x86_64__) || defined(__i386__)
+#define EM__FMA_TARGET __attribute__((target("avx2,fma")))
+static inline bool em__cpu_has_fma(void) { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
+#else
+#define EM__FMA_TARGET
+static inline bool em__cpu_has_fma(void)
+{
+#ifdef __FP_FAST_FMAF
+    return true;
+#else
+    return false;
+#endif
+}
+#endif
+#define EM__MADD_PLAIN(a, b, c) ((a) * (b) + (c))
+
+/* Runs BODY with int64_t variables b, e bound to pieces of [0, n) on OpenMP
+ * threads (one piece when n < grain or inside a parallel region). Pieces start
+ * on multiples of 64 elements. The includer includes <omp.h>. */
+#define EM__PARALLEL_RANGE(n_, grain_, BODY)                                                         \
+    do {                                                                                            \
+        int64_t em__n = (n_), em__nt = em__n / (grain_);                                            \
+        if (em__nt > em_num_threads()) em__nt = em_num_threads();                                   \
+        if (em__nt <= 1 || omp_in_parallel()) {                                                     \
+            int64_t b = 0, e = em__n;                                                               \
+            BODY;                                                                                   \
+        } else {                                                                                    \
+            _Pragma("omp parallel num_threads((int)em__nt)") {                                      \
+                int64_t em__t = omp_get_thread_num(), em__T = omp_get_num_threads();                \
+                int64_t b = em__t == 0 ? 0 : (em__n * em__t / em__T) & ~(int64_t)63;                \
+                int64_t e = em__t == em__T - 1 ? em__n : (em__n * (em__t + 1) / em__T) & ~(int64_t)63; \
+                if (b < e) { BODY; }                                                                \
+            }                                                                                       \
+        }                                                                                           \
+    } while (0)
 
 #endif

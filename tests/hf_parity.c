@@ -3,6 +3,7 @@
 #include "hf_parity.h"
 
 #include "check_util.h"
+#include <cjson/cJSON.h>
 
 #include <math.h>
 #include <stdio.h>
@@ -106,4 +107,15 @@ int check_hf_parity(em_module *m, const char *golden, bool types, bool f64)
     }
     em_safetensors_close(g);
     return n_grads;
+}
+
+cJSON *saved_config(const char *dir)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    char *text = tu_read_file(path, NULL);
+    cJSON *j = cJSON_Parse(text);
+    free(text);
+    ck_assert_msg(j != NULL, "%s does not parse as JSON", path);
+    return j;
 }

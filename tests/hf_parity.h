@@ -13,6 +13,8 @@
 #define ck_status(expr, want) do { em_status s_ = (expr); \
     ck_assert_msg(s_ == (want), "%s -> %s (want %s): %s", #expr, em_status_name(s_), em_status_name(want), em_last_error()); } while (0)
 
+/* dir/config.json parsed (asserts it reads and parses); free with cJSON_Delete. */
+struct cJSON *saved_config(const char *dir);
 /* from's bytes into to */
 void copy_file(const char *from, const char *to);
 /* The fixture file name, opened (asserts it opens). */

@@ -114,11 +114,7 @@ START_TEST(save_pretrained_round_trip_gives_identical_logits)
     em_safetensors *g = golden_file(GOLDEN);
     EM_SCOPE { ck_assert(same_tensor(logits_of(m, g, 4), logits_of(m2, g, 4))); }
     em_safetensors_close(g);
-    char cp[600];
-    snprintf(cp, sizeof cp, "%s/config.json", dir);
-    char *text = tu_read_file(cp, NULL);
-    cJSON *j = cJSON_Parse(text);
-    ck_assert_ptr_nonnull(j);
+    cJSON *j = saved_config(dir);
     ck_assert_str_eq(field(j, "model_type")->valuestring, "roberta");
     ck_assert_str_eq(cJSON_GetArrayItem(field(j, "architectures"), 0)->valuestring, "RobertaForSequenceClassification");
     ck_assert_int_eq(field(j, "pad_token_id")->valueint, 1);
@@ -127,7 +123,6 @@ START_TEST(save_pretrained_round_trip_gives_identical_logits)
     ck_assert_double_eq(field(j, "layer_norm_eps")->valuedouble, 1e-5);
     ck_assert_ptr_null(field(j, "no_pooler"));
     cJSON_Delete(j);
-    free(text);
     em_module_free(m);
     em_module_free(m2);
 }

@@ -15,43 +15,7 @@
 #include <omp.h>
 #include <string.h>
 
-#if defined(__x86_64__) || defined(__i386__)
-#define FMA_TARGET __attribute__((target("avx2,fma")))
-static bool cpu_has_fma(void) { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
-#else
-#define FMA_TARGET
-static bool cpu_has_fma(void)
-{
-#ifdef __FP_FAST_FMAF
-    return true;
-#else
-    return false;
-#endif
-}
-#endif
-#define MADD_PLAIN(a, b, c) ((a) * (b) + (c))
-
 #define ADAMW_GRAIN 8192
-
-/* Runs BODY with b, e bound to pieces of [0, n) on OpenMP threads (one piece
- * when n < grain or inside a parallel region); pieces start on multiples of
- * 64 elements. Elementwise, so the split never changes a result. */
-#define PARALLEL(n_, grain_, BODY)                                                                  \
-    do {                                                                                            \
-        int64_t n__ = (n_), nt__ = n__ / (grain_);                                                  \
-        if (nt__ > em_num_threads()) nt__ = em_num_threads();                                       \
-        if (nt__ <= 1 || omp_in_parallel()) {                                                       \
-            int64_t b = 0, e = n__;                                                                 \
-            BODY;                                                                                   \
-        } else {                                                                                    \
-            _Pragma("omp parallel num_threads((int)nt__)") {                                        \
-                int64_t t__ = omp_get_thread_num(), T__ = omp_get_num_threads();                    \
-                int64_t b = t__ == 0 ? 0 : (n__ * t__ / T__) & ~(int64_t)63;                        \
-                int64_t e = t__ == T__ - 1 ? n__ : (n__ * (t__ + 1) / T__) & ~(int64_t)63;          \
-                if (b < e) { BODY; }                                                                \
-            }                                                                                       \
-        }                                                                                           \
-    } while (0)
 
 /* lerp as torch's: base + coef*(g - m), with (base, coef) = (m, w1) or
  * (g, -(1-w1)); addcmul v*beta2 + (w2*g)*g; both fused where torch fuses. */
@@ -106,65 +70,54 @@ static bool cpu_has_fma(void)
             }                                                                                                   \
         }                                                                                                       \
     }
-ADAMW_KERNEL(adamw_float, float, sqrtf, MADD_PLAIN, )
-ADAMW_KERNEL(adamw_double, double, sqrt, MADD_PLAIN, )
-ADAMW_KERNEL(adamw_float_fma, float, sqrtf, fmaf, FMA_TARGET)
-ADAMW_KERNEL(adamw_double_fma, double, sqrt, fma, FMA_TARGET)
+ADAMW_KERNEL(adamw_float, float, sqrtf, EM__MADD_PLAIN, )
+ADAMW_KERNEL(adamw_double, double, sqrt, EM__MADD_PLAIN, )
+ADAMW_KERNEL(adamw_float_fma, float, sqrtf, fmaf, EM__FMA_TARGET)
+ADAMW_KERNEL(adamw_double_fma, double, sqrt, fma, EM__FMA_TARGET)
 
 int em_cpu_ADAMW_STEP(const em_kargs *k)
 {
     em_tensor *p = k->out[0], *m = k->out[1], *v = k->out[2], *vm = k->out[3], *g = k->in[0];
     int64_t n = em_numel(p);
-    bool small = k->i[0] != 0, fused = k->i[1] != 0 && cpu_has_fma(), l2 = k->i[2] != 0;
+    bool small = k->i[0] != 0, fused = k->i[1] != 0 && em__cpu_has_fma(), l2 = k->i[2] != 0;
     const double *f = k->f;
     if (p->dtype == EM_F32) {
         float *pp = em_data_ptr(p), *mp = em_data_ptr(m), *vp = em_data_ptr(v), *xp = vm ? em_data_ptr(vm) : NULL;
         const float *gp = em_data_ptr(g);
-        if (fused) PARALLEL(n, ADAMW_GRAIN, adamw_float_fma(pp, gp, mp, vp, xp, b, e, f, small, l2));
-        else PARALLEL(n, ADAMW_GRAIN, adamw_float(pp, gp, mp, vp, xp, b, e, f, small, l2));
+        if (fused) EM__PARALLEL_RANGE(n, ADAMW_GRAIN, adamw_float_fma(pp, gp, mp, vp, xp, b, e, f, small, l2));
+        else EM__PARALLEL_RANGE(n, ADAMW_GRAIN, adamw_float(pp, gp, mp, vp, xp, b, e, f, small, l2));
     } else {
         double *pp = em_data_ptr(p), *mp = em_data_ptr(m), *vp = em_data_ptr(v), *xp = vm ? em_data_ptr(vm) : NULL;
         const double *gp = em_data_ptr(g);
-        if (fused) PARALLEL(n, ADAMW_GRAIN, adamw_double_fma(pp, gp, mp, vp, xp, b, e, f, small, l2));
-        else PARALLEL(n, ADAMW_GRAIN, adamw_double(pp, gp, mp, vp, xp, b, e, f, small, l2));
+        if (fused) EM__PARALLEL_RANGE(n, ADAMW_GRAIN, adamw_double_fma(pp, gp, mp, vp, xp, b, e, f, small, l2));
+        else EM__PARALLEL_RANGE(n, ADAMW_GRAIN, adamw_double(pp, gp, mp, vp, xp, b, e, f, small, l2));
     }
     return EM_OK;
 }
 
 #define UNSCALE_GRAIN 32768
 
-/* Multiplies n f32 values by inv in place; true when one was inf or NaN
- * (detected on the exponent bits, so the loop vectorizes). */
-static bool unscale_f32(float *p, int64_t n, float inv)
-{
-    unsigned bad = 0;
-    bool mul = inv != 1.0f;
-#pragma omp parallel for reduction(| : bad) schedule(static) if (n >= 2 * UNSCALE_GRAIN)
-    for (int64_t i = 0; i < n; i++) {
-        float v = p[i];
-        uint32_t u;
-        memcpy(&u, &v, 4);
-        bad |= (u & 0x7f800000u) == 0x7f800000u;
-        if (mul) p[i] = v * inv;
+/* Multiplies n values of T by inv in place (f64: by (double)inv); true when one
+ * was inf or NaN, detected on the exponent bits (held in the unsigned U), so
+ * the loop vectorizes. */
+#define UNSCALE_LOOP(NAME, T, U, EXP)                                                                   \
+    static bool NAME(T *p, int64_t n, float inv)                                                        \
+    {                                                                                                   \
+        unsigned bad = 0;                                                                               \
+        const T d = (T)inv;                                                                             \
+        const bool mul = inv != 1.0f;                                                                   \
+        _Pragma("omp parallel for reduction(| : bad) schedule(static) if (n >= 2 * UNSCALE_GRAIN)")     \
+        for (int64_t i = 0; i < n; i++) {                                                               \
+            T v = p[i];                                                                                 \
+            U u;                                                                                        \
+            memcpy(&u, &v, sizeof u);                                                                   \
+            bad |= (u & EXP) == EXP;                                                                    \
+            if (mul) p[i] = v * d;                                                                      \
+        }                                                                                               \
+        return bad != 0;                                                                                \
     }
-    return bad != 0;
-}
-
-static bool unscale_f64(double *p, int64_t n, float inv)
-{
-    unsigned bad = 0;
-    double d = (double)inv;
-    bool mul = inv != 1.0f;
-#pragma omp parallel for reduction(| : bad) schedule(static) if (n >= 2 * UNSCALE_GRAIN)
-    for (int64_t i = 0; i < n; i++) {
-        double v = p[i];
-        uint64_t u;
-        memcpy(&u, &v, 8);
-        bad |= (u & 0x7ff0000000000000ull) == 0x7ff0000000000000ull;
-        if (mul) p[i] = v * d;
-    }
-    return bad != 0;
-}
+UNSCALE_LOOP(unscale_f32, float, uint32_t, 0x7f800000u)
+UNSCALE_LOOP(unscale_f64, double, uint64_t, 0x7ff0000000000000ull)
 
 int em_cpu_UNSCALE(const em_kargs *k)
 {
