@@ -194,7 +194,7 @@ int main(int argc, char **argv)
         return 2;
     }
     em_seqcls_info info = em_seqcls_get_info(model);
-    int limit = info.max_position_embeddings > 0 ? (int)info.max_position_embeddings : 512;
+    int limit = info.max_length > 0 ? (int)info.max_length : 512;
     int tok_max = em_tokenizer_model_max_length(tok);
     if (tok_max > 0 && tok_max < limit) limit = tok_max;
     if (!max_len || max_len > limit) max_len = limit;

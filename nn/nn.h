@@ -512,7 +512,9 @@ int em_seqcls_num_labels(const em_module *m);
  * BERT, RoBERTa); all zero and NULL when m is not one. */
 typedef struct em_seqcls_info {
     int64_t vocab_size;                /**< rows of the word embedding */
-    int64_t max_position_embeddings;   /**< the config's: the longest input it takes (RoBERTa: less pad_token_id + 1) */
+    int64_t max_position_embeddings;   /**< the config's value */
+    int64_t max_length;                /**< the longest input_ids it takes: max_position_embeddings, less
+                                            pad_token_id + 1 for RoBERTa (whose positions start there) */
     int num_labels;                    /**< outputs of the classifier */
     const char *const *id2label;       /**< num_labels names (owned by m), or NULL when unset */
 } em_seqcls_info;

@@ -137,6 +137,9 @@ typedef struct em__arch {
     void (*size)(const void *cfg, int num_labels, em__arch_size *out);
     /* The label state and sizes of a sequence classifier of this family. */
     void (*seqcls_view)(em_module *m, em__seqcls_view *out);
+    /* Optional: positions an input cannot use (RoBERTa: pad_token_id + 1, where
+     * its position ids start); NULL: none. */
+    int64_t (*positions_reserved)(const void *cfg);
     em_seqcls_output (*seqcls_forward)(em_module *m, const em_seqcls_inputs *in);
 } em__arch;
 

@@ -559,9 +559,12 @@ int em_seqcls_num_labels(const em_module *m)
 em_seqcls_info em_seqcls_get_info(const em_module *m)
 {
     em__seqcls_view v;
-    if (!seqcls_arch(m, &v)) return (em_seqcls_info){0};
+    const em__arch *a = seqcls_arch(m, &v);
+    if (!a) return (em_seqcls_info){0};
+    int64_t reserved = a->positions_reserved ? a->positions_reserved(a->config_of(m)) : 0;
     return (em_seqcls_info){.vocab_size = v.vocab_size, .max_position_embeddings = v.max_position_embeddings,
-                            .num_labels = *v.num_labels, .id2label = (const char *const *)*v.id2label};
+                            .max_length = v.max_position_embeddings - reserved, .num_labels = *v.num_labels,
+                            .id2label = (const char *const *)*v.id2label};
 }
 
 bool em_seqcls_is_head_param(const char *name)

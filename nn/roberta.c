@@ -135,9 +135,12 @@ static bool write(cJSON *j, const em_module *m) { return em__bert_config_write(j
 
 static void size(const void *cfg, int num_labels, em__arch_size *out) { em__bert_size(cfg, num_labels, out); }
 
+static int64_t positions_reserved(const void *cfg) { return ((const em_roberta_config *)cfg)->pad_token_id + 1; }
+
 const em__arch em__roberta_arch = {
     .model_type = "roberta", .prefix = "roberta", .class_prefix = "Roberta",
     .class_name = {"RobertaModel", "RobertaForSequenceClassification"},
     .config_size = sizeof(em_roberta_config),
     EM__FAMILY_HOOKS,
+    .positions_reserved = positions_reserved,
 };

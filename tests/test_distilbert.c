@@ -297,6 +297,8 @@ START_TEST(bert_model_matches_hf_and_loads_into_the_classifier)
     em_module *cls = NULL;
     ck_status(em_seqcls_from_pretrained(dir, NULL, &cls, &rep), EM_OK);
     ck_assert_str_eq(cls->type, "BertForSequenceClassification");
+    em_seqcls_info info = em_seqcls_get_info(cls);   /* BERT's positions start at 0: all usable */
+    ck_assert(info.max_length == info.max_position_embeddings && info.max_length > 0);
     ck_assert_int_eq(rep.n_missing, 2);
     ck_assert(tu_in_list(rep.missing, rep.n_missing, "classifier.weight"));
     ck_assert_int_eq(rep.n_unexpected, 0);

@@ -45,6 +45,8 @@ START_TEST(seqcls_logits_loss_and_every_gradient_match_hf)
     em_seqcls_info info = em_seqcls_get_info(m);
     ck_assert_int_eq(info.num_labels, 3);
     ck_assert_int_eq(info.vocab_size, 100);
+    ck_assert_int_eq(info.max_position_embeddings, 40);
+    ck_assert_int_eq(info.max_length, 38);   /* the longest input: 40 less pad_token_id + 1 */
     /* every parameter of the HF model (no pooler: add_pooling_layer=False) */
     ck_assert_int_eq(check_hf_parity(m, GOLDEN, false, false), 41);
     EM_SCOPE {   /* padding tokens sit at the position embedding's padding row, which gets no gradient */
