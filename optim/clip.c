@@ -189,11 +189,11 @@ em_status em_clip_grad_norm(em_tensor *const *params, int n, double max_norm, co
                 bool cpu = g->device.type == EM_DEVICE_CPU;
                 if (cpu && em_is_contiguous(g) && g->dtype == EM_F32) {
                     float *x = em_data_ptr(g), cf = (float)coef;
-                    EM__OPT_PARALLEL(m, 32768, for (int64_t k = b; k < e; k++) x[k] *= cf);
+                    EM__PARALLEL_RANGE(m, 32768, for (int64_t k = b; k < e; k++) x[k] *= cf);
                     g->storage->version++;
                 } else if (cpu && em_is_contiguous(g) && g->dtype == EM_F64) {
                     double *x = em_data_ptr(g);
-                    EM__OPT_PARALLEL(m, 32768, for (int64_t k = b; k < e; k++) x[k] *= coef);
+                    EM__PARALLEL_RANGE(m, 32768, for (int64_t k = b; k < e; k++) x[k] *= coef);
                     g->storage->version++;
                 } else {
                     /* half dtypes, strided and device gradients: in f32 (torch's

@@ -136,12 +136,10 @@ double em__opt_value(double v, double def);
  * add-with-alpha explicitly (vec::fmadd), addcmul by the compiler's
  * contraction. On CPUs without FMA torch runs its default kernels, unfused.
  * The optimizer kernels are compiled twice, unfused (ISO C: no contraction) and
- * with EM__OPT_FMA_TARGET and explicit fma() where torch fuses, and dispatch on
+ * with EM__FMA_TARGET and explicit fma() where torch fuses, and dispatch on
  * em__opt_have_fma(), so that trajectories agree with torch's bit for bit. */
 extern bool em__opt_plain;   /* tests: force the unfused kernels */
-#define EM__OPT_FMA_TARGET EM__FMA_TARGET
 static inline bool em__opt_have_fma(void) { return !em__opt_plain && em__cpu_has_fma(); }
-#define EM__OPT_PARALLEL EM__PARALLEL_RANGE
 
 /* A hook from above (installed by distributed/'s Accelerator, which owns the
  * loop's GradScaler): true when gradients about to be clipped may still carry

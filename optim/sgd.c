@@ -53,8 +53,8 @@ typedef struct sgd_consts {
     }
 SGD_KERNEL(sgd_float, float, EM__MADD_PLAIN, )
 SGD_KERNEL(sgd_double, double, EM__MADD_PLAIN, )
-SGD_KERNEL(sgd_float_fma, float, fmaf, EM__OPT_FMA_TARGET)
-SGD_KERNEL(sgd_double_fma, double, fma, EM__OPT_FMA_TARGET)
+SGD_KERNEL(sgd_float_fma, float, fmaf, EM__FMA_TARGET)
+SGD_KERNEL(sgd_double_fma, double, fma, EM__FMA_TARGET)
 
 static void sgd_update(const em_optimizer *o, const em__group *g, const em__span *sp)
 {
@@ -71,13 +71,13 @@ static void sgd_update(const em_optimizer *o, const em__group *g, const em__span
     if (sp->dtype == EM_F32) {
         float *p = sp->p, *buf = mom ? sp->s[0] : NULL;
         const float *gr = sp->g;
-        if (em__opt_have_fma()) EM__OPT_PARALLEL(sp->n, SGD_GRAIN, sgd_float_fma(p, gr, buf, b, e, &c));
-        else EM__OPT_PARALLEL(sp->n, SGD_GRAIN, sgd_float(p, gr, buf, b, e, &c));
+        if (em__opt_have_fma()) EM__PARALLEL_RANGE(sp->n, SGD_GRAIN, sgd_float_fma(p, gr, buf, b, e, &c));
+        else EM__PARALLEL_RANGE(sp->n, SGD_GRAIN, sgd_float(p, gr, buf, b, e, &c));
     } else {
         double *p = sp->p, *buf = mom ? sp->s[0] : NULL;
         const double *gr = sp->g;
-        if (em__opt_have_fma()) EM__OPT_PARALLEL(sp->n, SGD_GRAIN, sgd_double_fma(p, gr, buf, b, e, &c));
-        else EM__OPT_PARALLEL(sp->n, SGD_GRAIN, sgd_double(p, gr, buf, b, e, &c));
+        if (em__opt_have_fma()) EM__PARALLEL_RANGE(sp->n, SGD_GRAIN, sgd_double_fma(p, gr, buf, b, e, &c));
+        else EM__PARALLEL_RANGE(sp->n, SGD_GRAIN, sgd_double(p, gr, buf, b, e, &c));
     }
 }
 
