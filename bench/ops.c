@@ -21,6 +21,7 @@
  */
 #include "ember.h"
 #include "tensor/tensor_internal.h"
+#include "tensor/cpu/cpu.h"
 
 #include "ember_config.h"
 #include "bench/bench_util.h"
@@ -39,6 +40,21 @@
 #endif
 
 bool em__gemm_prefers_onednn(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k);   /* gemm.c */
+
+/* The library ember ran a case on: EMBER_GEMM's choice, or the one measured
+ * for the case's class (gemm_pick.c; a batch runs one thread per matrix). */
+static const char *picked(bool ta, bool tb, int64_t m, int64_t n, int64_t k)
+{
+    switch (em__gemm_mode()) {
+    case EM__GEMM_OPENBLAS: return "openblas (forced)";
+    case EM__GEMM_ONEDNN: return "onednn (forced)";
+    case EM__GEMM_RULE: return em__gemm_prefers_onednn(ta, tb, m, n, k) ? "onednn (rule)" : "openblas (rule)";
+    default: break;
+    }
+    int lib = em__gemm_known(ta, tb, m, n, k, em_num_threads());
+    if (!lib) lib = em__gemm_known(ta, tb, m, n, k, 1);
+    return lib == EM__GEMM_ONEDNN ? "onednn" : lib == EM__GEMM_OPENBLAS ? "openblas" : "?";
+}
 
 #define NOMINAL_PEAK 418.0   /* GFLOP/s, AVX-512 FMA, 2 cores (DESIGN.md) */
 
@@ -174,6 +190,13 @@ static void bench_gemm(double peak)
         {"ffn2 fwd x W^T", 1, 1024, 768, 3072, false, true},
         {"ffn2 dX = dY W", 1, 1024, 3072, 768, false, false},
         {"ffn2 dW = dY^T X", 1, 768, 3072, 1024, true, false},
+        /* all-MiniLM-L6-v2 fine-tuned with unpadding (bench/finetune): about 425 real tokens a batch */
+        {"minilm fwd x W^T", 1, 425, 384, 384, false, true},
+        {"minilm ffn1 fwd", 1, 425, 1536, 384, false, true},
+        {"minilm ffn2 fwd", 1, 425, 384, 1536, false, true},
+        {"minilm ffn2 dX", 1, 425, 1536, 384, false, false},
+        {"minilm ffn1 dW", 1, 1536, 384, 425, true, false},
+        {"minilm ffn2 dW", 1, 384, 1536, 425, true, false},
         {"attn scores QK^T [96]", 96, 128, 128, 64, false, true},
         {"attn context PV [96]", 96, 128, 64, 128, false, false},
     };
@@ -182,7 +205,7 @@ static void bench_gemm(double peak)
     } else {
         printf("\nGEMM, f32, GFLOP/s (median)   nominal peak %.0f, measured FMA peak %.0f\n", NOMINAL_PEAK, peak);
         printf("%-22s %5s %5s %5s %4s | %7s %8s %7s | %6s %6s %6s | %s\n", "case", "m", "n", "k", "bat", "ember",
-               "openblas", "onednn", "e/best", "%418", "%meas", "rule");
+               "openblas", "onednn", "e/best", "%418", "%meas", "picked");
     }
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         const gemm_case *c = &cases[i];
@@ -210,7 +233,7 @@ static void bench_gemm(double peak)
         double flop = 2.0 * (double)(c->batch * c->m * c->n * c->k);
         double ge = flop / t_e / 1e9, gb = flop / t_b / 1e9, gd = flop / t_d / 1e9;
         gemm_best = gb > gd ? gb : gd;
-        const char *lib = em__gemm_prefers_onednn(c->ta, c->tb, c->m, c->n, c->k) ? "onednn" : "openblas";
+        const char *lib = picked(c->ta, c->tb, c->m, c->n, c->k);
         if (tsv)
             printf("gemm\t%s\t%lld\t%lld\t%lld\t%lld\t%.1f\t%.1f\t%.1f\t%s\n", c->name, (long long)c->batch, (long long)c->m,
                    (long long)c->n, (long long)c->k, ge, gb, gd, lib);

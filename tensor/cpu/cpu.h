@@ -21,12 +21,30 @@ void em_cpu_gemm(em_gemm_type t, bool trans_a, bool trans_b, int64_t m, int64_t 
                  double alpha, const void *a, int64_t lda, const void *b, int64_t ldb,
                  double beta, void *c, int64_t ldc);
 
-/* Which library runs GEMMs (gemm.c): EMBER_GEMM ("openblas", "onednn"; else
- * the rule in gemm.c), read on first use; unset, OpenBLAS alone under valgrind
- * (oneDNN's JIT code confuses it). EM__GEMM_OPENBLAS: oneDNN never runs, bf16
- * included. */
-enum { EM__GEMM_UNSET, EM__GEMM_RULE, EM__GEMM_OPENBLAS, EM__GEMM_ONEDNN };
+/* Which library runs GEMMs (gemm.c): EMBER_GEMM ("auto", the default: measured
+ * per class by gemm_pick.c; "openblas"; "onednn"; "rule": the old hand-made
+ * table), read on first use; unset, OpenBLAS alone under valgrind (oneDNN's
+ * JIT code confuses it). EM__GEMM_OPENBLAS: oneDNN never runs, bf16 included. */
+enum { EM__GEMM_UNSET, EM__GEMM_RULE, EM__GEMM_OPENBLAS, EM__GEMM_ONEDNN, EM__GEMM_AUTO };
 int em__gemm_mode(void);
+/* One f32 GEMM on the library lib (EM__GEMM_OPENBLAS or EM__GEMM_ONEDNN; oneDNN
+ * failing falls back to OpenBLAS). */
+void em__gemm_f32_with(int lib, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha,
+                       const void *a, int64_t lda, const void *b, int64_t ldb, double beta, void *c, int64_t ldc);
+/* gemm_pick.c: the library for this call's class (EM__GEMM_OPENBLAS or
+ * EM__GEMM_ONEDNN), measured on these operands on a miss and persisted;
+ * _known: the choice already made for a class (threads as the pick counts
+ * them), 0 when none; _size_class: the class of one dimension; _cache_file:
+ * the file choices persist in ("" = memory only); _identity: what the file
+ * name hashes; _forget: empties the in-memory table and re-reads
+ * EMBER_CACHE_DIR on the next miss (tests). */
+int em__gemm_pick(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                  const float *b, int64_t ldb);
+int em__gemm_known(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, int threads);
+int64_t em__gemm_size_class(int64_t x);
+const char *em__gemm_cache_file(void);
+void em__gemm_identity(char *buf, size_t n);
+void em__gemm_forget(void);
 /* bf16 GEMM (gemm_bf16.c): C[m,n] = op(A) op(B), A and B bf16, f32 accumulation,
  * C of c_dtype (EM_BF16 or EM_F32). _fast: oneDNN runs bf16 natively here (else
  * the call converts to f32 and the matmul kernel prefers its own f32 path). */

@@ -4,32 +4,26 @@
  * matrices and picks the library per call:
  *
  *   - f64: OpenBLAS (cblas_dgemm) always; oneDNN has no f64 GEMM.
- *   - f32: oneDNN (dnnl_sgemm) when this build has it, except where OpenBLAS
- *     was measured faster (docs/PERFORMANCE.md, "## ops (issue 2)"):
- *       1. tiny products, m*n*k < 64^3: oneDNN's per-call overhead dominates
- *          (at 16^3 OpenBLAS is ~3x faster, at 32^3 ~1.4x);
- *       2. n < 4 (e.g. a 2-class head, [1024,768] x [768,2]): OpenBLAS ~1.7x;
- *       3. B transposed with k >= 2048 and n <= 1024 (the DistilBERT FFN
- *          output projection x[1024,3072] @ W[768,3072]^T): OpenBLAS ~1.1x.
- *       4. B transposed (a Linear's forward, x @ W^T) with m < 1024 rows, on
- *          the full thread pool: OpenBLAS 1.0-2.5x in a sweep of m 32..768
- *          against n, k in {256, 768, 1024, 3072} (40 of 42 shapes; oneDNN
- *          falls to 87-109 GFLOP/s at m = 768, OpenBLAS holds 176-199);
- *       5. A transposed (a Linear's weight gradient dY^T X) with m <= 256,
- *          on the full pool: OpenBLAS 1.1-2x in the same sweep (oneDNN wins
- *          from m = 512).
- *     Rules 4 and 5 were measured with 2 threads; inside an OpenMP region
- *     (the batched matmul's single-threaded calls) they do not apply.
- *     Everywhere else measured (squares 64..2048, the DistilBERT linear
- *     shapes at 1024 tokens forward and backward, attention-sized batches)
- *     oneDNN is 5-50% faster.
+ *   - f32, by EMBER_GEMM (read once):
+ *       unset or "auto": the library measured fastest for the call's class
+ *         (gemm_pick.c: timed on first use, kept in a file so that the choice
+ *         is the same in every run and on every rank of the machine);
+ *       "openblas": OpenBLAS only (oneDNN never runs, bf16 included);
+ *       "onednn": dnnl_sgemm for every f32 call;
+ *       "rule": the table below, measured by hand on one AMD EPYC (Zen 4) in
+ *         issue 2 and kept for comparison (and for results bit-identical to
+ *         runs before issue 17). On an Intel Xeon (Sapphire Rapids) it is
+ *         wrong for about half the fine-tuning shapes (docs/PERFORMANCE.md).
+ *     Under valgrind, without EMBER_GEMM, oneDNN is off: its JIT kernels read
+ *     up to 32 bytes past the ends of oneDNN's own packing buffers (harmless
+ *     on hardware, "Invalid read" under memcheck). An unknown value is warned
+ *     about once and means auto.
  *   - oneDNN failing (it may allocate scratch) falls back to OpenBLAS.
- *   - EMBER_GEMM=openblas in the environment turns oneDNN off (read once);
- *     EMBER_GEMM=onednn forces it for every f32 call (for measuring);
- *     anything else means the rule. Under valgrind, without EMBER_GEMM,
- *     oneDNN is off: its JIT kernels read up to 32 bytes past the ends of
- *     oneDNN's own packing buffers (harmless on hardware, "Invalid read"
- *     under memcheck).
+ *
+ * The "rule" table (AMD EPYC Zen 4, 2 threads): oneDNN, except OpenBLAS
+ *   1. for tiny products, m*n*k < 64^3; 2. for n < 4; 3. for B transposed
+ *   with k >= 2048 and n <= 1024; and, outside an OpenMP region, 4. for B
+ *   transposed with m < 1024 and 5. for A transposed with m <= 256.
  *
  * Threads: both libraries run on libgomp's pool. Called inside an OpenMP
  * parallel region (the batched matmul does this for small matrices), each
@@ -45,6 +39,7 @@
 #include <cblas.h>
 #include <limits.h>
 #include <omp.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -70,20 +65,25 @@ int em__gemm_mode(void)
     int m = __atomic_load_n(&mode, __ATOMIC_RELAXED);
     if (m == EM__GEMM_UNSET) {
         const char *e = getenv("EMBER_GEMM");
-        if (!e) m = RUNNING_ON_VALGRIND ? EM__GEMM_OPENBLAS : EM__GEMM_RULE;
-        else m = !strcmp(e, "openblas") ? EM__GEMM_OPENBLAS : !strcmp(e, "onednn") ? EM__GEMM_ONEDNN : EM__GEMM_RULE;
+        if (!e || !*e) m = RUNNING_ON_VALGRIND ? EM__GEMM_OPENBLAS : EM__GEMM_AUTO;
+        else if (!strcmp(e, "openblas")) m = EM__GEMM_OPENBLAS;
+        else if (!strcmp(e, "onednn")) m = EM__GEMM_ONEDNN;
+        else if (!strcmp(e, "rule")) m = EM__GEMM_RULE;
+        else {
+            if (strcmp(e, "auto") != 0)
+                fprintf(stderr, "ember: EMBER_GEMM=%s is not one of auto, openblas, onednn, rule; using auto\n", e);
+            m = EM__GEMM_AUTO;
+        }
         __atomic_store_n(&mode, m, __ATOMIC_RELAXED);
     }
     return m;
 }
 
-/* The documented rule above; exposed (internal) so bench/ops.c can report it. */
+/* The hand-made rule above (EMBER_GEMM=rule); bench/ops.c reports it too. */
 bool em__gemm_prefers_onednn(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k)
 {
     (void)trans_a;
 #if EMBER_HAVE_ONEDNN
-    int mode = em__gemm_mode();
-    if (mode != EM__GEMM_RULE) return mode == EM__GEMM_ONEDNN;
     if ((double)m * (double)n * (double)k < 64.0 * 64.0 * 64.0) return false;
     if (n < 4) return false;
     if (trans_b && k >= 2048 && n <= 1024) return false;
@@ -152,12 +152,33 @@ void em_cpu_gemm(em_gemm_type t, bool trans_a, bool trans_b, int64_t m, int64_t 
         }
         return;
     }
+    if (t == EM_GEMM_F32) {
+        int lib = EM__GEMM_OPENBLAS;
 #if EMBER_HAVE_ONEDNN
-    if (t == EM_GEMM_F32 && em__gemm_prefers_onednn(trans_a, trans_b, m, n, k)) {
-        dnnl_status_t s = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, (float)alpha,
-                                     a, lda, b, ldb, (float)beta, c, ldc);
-        if (s == dnnl_success) return;
-    }
+        switch (em__gemm_mode()) {
+        case EM__GEMM_AUTO: lib = em__gemm_pick(trans_a, trans_b, m, n, k, a, lda, b, ldb); break;
+        case EM__GEMM_RULE:
+            lib = em__gemm_prefers_onednn(trans_a, trans_b, m, n, k) ? EM__GEMM_ONEDNN : EM__GEMM_OPENBLAS;
+            break;
+        case EM__GEMM_ONEDNN: lib = EM__GEMM_ONEDNN; break;
+        default: break;
+        }
 #endif
+        em__gemm_f32_with(lib, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+        return;
+    }
     blas_gemm(t, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+void em__gemm_f32_with(int lib, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha,
+                       const void *a, int64_t lda, const void *b, int64_t ldb, double beta, void *c, int64_t ldc)
+{
+#if EMBER_HAVE_ONEDNN
+    if (lib == EM__GEMM_ONEDNN && dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, (float)alpha, a, lda,
+                                              b, ldb, (float)beta, c, ldc) == dnnl_success)
+        return;
+#else
+    (void)lib;
+#endif
+    blas_gemm(EM_GEMM_F32, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }

@@ -1,0 +1,359 @@
+/* ember — which library runs an f32 GEMM, decided by measurement (issue 17).
+ *
+ * Contract: em__gemm_pick returns EM__GEMM_OPENBLAS or EM__GEMM_ONEDNN for a
+ * call, the same answer for every call of one *class*:
+ *
+ *   (trans_a, trans_b, m, n, k rounded up to a size class, threads)
+ *
+ * A size class is the smallest 2^j or 3 * 2^(j-1) at or above the size, so a
+ * model's widths (384, 768, 1536, 3072) are classes of their own and a batch
+ * whose token count changes every step (dynamic padding) meets a few classes,
+ * not hundreds. threads is 1 inside an OpenMP region (the batched matmul's
+ * single-threaded calls), else em_num_threads().
+ *
+ * On the first call of a class the candidates (OpenBLAS's cblas_sgemm and
+ * oneDNN's dnnl_sgemm) are timed on that call's own operands, round-robin,
+ * into a scratch C; the fastest (its minimum over the rounds) wins.
+ *
+ * Determinism: the libraries round differently, so the choice must not change
+ * from run to run, nor differ between the ranks of one machine. Choices are
+ * therefore kept in a file, and a class's choice is a pure function of it:
+ *
+ *   $EMBER_CACHE_DIR, else $XDG_CACHE_HOME/ember, else $HOME/.cache/ember,
+ *   file gemm-f32-<16 hex digits>.tsv, the digits a hash of the CPU's model
+ *   name, OpenBLAS's and oneDNN's versions (another machine or library gets
+ *   another file).
+ *
+ * A miss takes an exclusive flock on the file, re-reads it (another process
+ * may have just measured the class), measures only if the class is still
+ * missing, and appends one line before unlocking. So two ranks starting
+ * together wait for one another and use one measurement. EMBER_CACHE_DIR=none
+ * (or empty) keeps choices in memory only: then a new process may choose
+ * differently. When the directory cannot be made or the file opened, the
+ * same holds, and EMBER_VERBOSE=1 says why.
+ *
+ * A line of the file:  f32 <TA><TB> <m> <n> <k> <threads> <winner> <us openblas> <us onednn>
+ * ('#' starts a comment). A line that does not parse is skipped, with a
+ * warning on stderr naming the file and line; it never stops a run.
+ *
+ * EMBER_VERBOSE=1 prints each class's choice once per process, with the
+ * timings and where the choice came from (measured, or the file).
+ */
+#include "tensor/cpu/cpu.h"
+
+#include "ember_config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <omp.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+char *openblas_get_config(void);
+#if EMBER_HAVE_ONEDNN
+#include <oneapi/dnnl/dnnl.h>
+#endif
+
+typedef struct {
+    bool used;
+    char ta, tb;
+    int threads;
+    int64_t m, n, k;          /* size classes */
+    int lib;                  /* EM__GEMM_OPENBLAS or EM__GEMM_ONEDNN */
+    bool reported;            /* EMBER_VERBOSE line printed */
+} pick_entry;
+
+#define TABLE_SLOTS 2048      /* power of two; a class per slot, open addressing */
+
+static pick_entry table[TABLE_SLOTS];
+static int table_count;
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static char cache_path[4200];   /* "" = memory only */
+static bool cache_init_done;
+
+int64_t em__gemm_size_class(int64_t x)
+{
+    if (x > ((int64_t)1 << 61)) return x;   /* no class above 2^61 (and no overflow) */
+    int64_t p = 1;
+    while (p < x) {
+        if (p >= 2 && p + p / 2 >= x) return p + p / 2;
+        p *= 2;
+    }
+    return p;
+}
+
+static bool verbose(void)
+{
+    const char *e = getenv("EMBER_VERBOSE");
+    return e && *e && strcmp(e, "0") != 0;
+}
+
+static uint64_t fnv1a(uint64_t h, const char *s)
+{
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+/* The CPU's model name from /proc/cpuinfo ("unknown" where there is none). */
+static void cpu_model(char *buf, size_t n)
+{
+    snprintf(buf, n, "unknown");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, "model name", 10) != 0) continue;
+        char *c = strchr(line, ':');
+        if (!c) break;
+        c++;
+        while (*c == ' ' || *c == '\t') c++;
+        c[strcspn(c, "\n")] = 0;
+        snprintf(buf, n, "%s", c);
+        break;
+    }
+    fclose(f);
+}
+
+void em__gemm_identity(char *buf, size_t n)
+{
+    char model[256];
+    cpu_model(model, sizeof model);
+#if EMBER_HAVE_ONEDNN
+    const dnnl_version_t *v = dnnl_version();
+    snprintf(buf, n, "cpu=%s; openblas=%s; onednn=%d.%d.%d %s", model, openblas_get_config(), v->major, v->minor,
+             v->patch, v->hash);
+#else
+    snprintf(buf, n, "cpu=%s; openblas=%s; onednn=none", model, openblas_get_config());
+#endif
+}
+
+/* Where the choices persist; "" when nowhere (caller holds lock). */
+static void cache_init(void)
+{
+    if (cache_init_done) return;
+    cache_init_done = true;
+    cache_path[0] = 0;
+    const char *dir = getenv("EMBER_CACHE_DIR");
+    char base[4000];
+    if (dir) {
+        if (!*dir || !strcmp(dir, "none")) return;
+        snprintf(base, sizeof base, "%s", dir);
+    } else if (getenv("XDG_CACHE_HOME") && *getenv("XDG_CACHE_HOME")) {
+        snprintf(base, sizeof base, "%s/ember", getenv("XDG_CACHE_HOME"));
+    } else if (getenv("HOME") && *getenv("HOME")) {
+        snprintf(base, sizeof base, "%s/.cache/ember", getenv("HOME"));
+    } else {
+        return;
+    }
+    /* mkdir -p */
+    for (char *p = base + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = 0;
+        mkdir(base, 0755);
+        *p = '/';
+    }
+    if (mkdir(base, 0755) != 0 && errno != EEXIST) {
+        if (verbose()) fprintf(stderr, "ember: gemm choices stay in memory: cannot make %s: %s\n", base, strerror(errno));
+        return;
+    }
+    char id[1024];
+    em__gemm_identity(id, sizeof id);
+    snprintf(cache_path, sizeof cache_path, "%s/gemm-f32-%016llx.tsv", base,
+             (unsigned long long)fnv1a(1469598103934665603ull, id));
+}
+
+static uint64_t key_hash(char ta, char tb, int threads, int64_t m, int64_t n, int64_t k)
+{
+    uint64_t h = 1469598103934665603ull;
+    int64_t v[6] = {ta, tb, threads, m, n, k};
+    for (int i = 0; i < 6; i++) h = (h ^ (uint64_t)v[i]) * 1099511628211ull;
+    return h;
+}
+
+/* The entry for a class, or the empty slot where it goes (NULL when full). */
+static pick_entry *slot(char ta, char tb, int threads, int64_t m, int64_t n, int64_t k)
+{
+    uint64_t h = key_hash(ta, tb, threads, m, n, k);
+    for (int i = 0; i < TABLE_SLOTS; i++) {
+        pick_entry *e = &table[(h + (uint64_t)i) & (TABLE_SLOTS - 1)];
+        if (!e->used) return table_count < TABLE_SLOTS * 3 / 4 ? e : NULL;
+        if (e->ta == ta && e->tb == tb && e->threads == threads && e->m == m && e->n == n && e->k == k) return e;
+    }
+    return NULL;
+}
+
+static void remember(char ta, char tb, int threads, int64_t m, int64_t n, int64_t k, int lib)
+{
+    pick_entry *e = slot(ta, tb, threads, m, n, k);
+    if (!e || e->used) return;   /* full, or known: the first choice stays */
+    *e = (pick_entry){.used = true, .ta = ta, .tb = tb, .threads = threads, .m = m, .n = n, .k = k, .lib = lib};
+    table_count++;
+}
+
+#define BIG ((long long)1 << 40)   /* no dimension is larger */
+
+/* Reads every choice of the open file f into the table; warns about lines
+ * that do not parse. */
+static void load(FILE *f)
+{
+    char line[512];
+    int no = 0;
+    while (fgets(line, sizeof line, f)) {
+        no++;
+        if (line[0] == '#' || line[0] == '\n') continue;
+        char dt[8], tr[8], win[16];
+        long long m, n, k;
+        int th;
+        double t0, t1;
+        int got = sscanf(line, "%7s %7s %lld %lld %lld %d %15s %lf %lf", dt, tr, &m, &n, &k, &th, win, &t0, &t1);
+        bool ok = got == 9 && !strcmp(dt, "f32") && strlen(tr) == 2 && strchr("NT", tr[0]) && strchr("NT", tr[1]) &&
+                  m > 0 && n > 0 && k > 0 && m <= BIG && n <= BIG && k <= BIG && th > 0 && th <= 4096 && m == em__gemm_size_class(m) &&
+                  n == em__gemm_size_class(n) && k == em__gemm_size_class(k) &&
+                  (!strcmp(win, "openblas") || !strcmp(win, "onednn"));
+        if (!ok) {
+            fprintf(stderr, "ember: %s:%d: not a GEMM choice line (skipped): %.80s%s", cache_path, no, line,
+                    strchr(line, '\n') ? "" : "\n");
+            continue;
+        }
+        remember(tr[0], tr[1], th, m, n, k, !strcmp(win, "onednn") ? EM__GEMM_ONEDNN : EM__GEMM_OPENBLAS);
+    }
+}
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Times both libraries on the call's operands (C in scratch); returns the
+ * winner and the best times in t[0] (OpenBLAS) and t[1] (oneDNN), seconds. */
+static int measure(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
+                   int64_t ldb, double t[2])
+{
+    float *c = em__malloc((size_t)(m * n) * sizeof(float));
+    if (!c) return EM__GEMM_ONEDNN;   /* no room to measure: oneDNN, the usual winner */
+    const int libs[2] = {EM__GEMM_OPENBLAS, EM__GEMM_ONEDNN};
+    t[0] = t[1] = 1e30;
+    double spent = 0;
+    /* rounds 0 and 1 warm up (JIT, packing buffers, caches); then at least 5
+     * timed rounds and 50 ms, at most 20 rounds: on a 2-core VM fewer rounds
+     * let noise pick the loser of a 10% gap */
+    for (int r = 0; r < 22; r++) {
+        for (int i = 0; i < 2; i++) {
+            double s = now_s();
+            em__gemm_f32_with(libs[i], ta, tb, m, n, k, 1.0, a, lda, b, ldb, 0.0, c, n);
+            double d = now_s() - s;
+            if (r > 1 && d < t[i]) t[i] = d;
+            spent += d;
+        }
+        if (r >= 6 && spent > 0.05) break;
+    }
+    em__free(c);
+    return t[1] < t[0] ? EM__GEMM_ONEDNN : EM__GEMM_OPENBLAS;
+}
+
+static const char *lib_name(int lib) { return lib == EM__GEMM_ONEDNN ? "onednn" : "openblas"; }
+
+int em__gemm_pick(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                  const float *b, int64_t ldb)
+{
+    char ta = trans_a ? 'T' : 'N', tb = trans_b ? 'T' : 'N';
+    int threads = omp_in_parallel() ? 1 : em_num_threads();
+    int64_t mc = em__gemm_size_class(m), nc = em__gemm_size_class(n), kc = em__gemm_size_class(k);
+    pthread_mutex_lock(&lock);
+    pick_entry *e = slot(ta, tb, threads, mc, nc, kc);
+    if (e && e->used) {
+        int lib = e->lib;
+        pthread_mutex_unlock(&lock);
+        return lib;
+    }
+    /* a miss: the file first (another process may know the class), else measure */
+    cache_init();
+    int fd = -1;
+    FILE *f = NULL;
+    if (cache_path[0]) {
+        fd = open(cache_path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+        if (fd < 0 && verbose())
+            fprintf(stderr, "ember: gemm choices stay in memory: cannot open %s: %s\n", cache_path, strerror(errno));
+        if (fd >= 0 && flock(fd, LOCK_EX) == 0 && (f = fdopen(fd, "a+"))) {
+            rewind(f);
+            load(f);
+        }
+    }
+    e = slot(ta, tb, threads, mc, nc, kc);
+    int lib;
+    const char *from;
+    double t[2] = {0, 0};
+    if (e && e->used) {
+        lib = e->lib;
+        from = "from";
+    } else {
+        lib = measure(trans_a, trans_b, m, n, k, a, lda, b, ldb, t);
+        remember(ta, tb, threads, mc, nc, kc, lib);
+        from = f ? "measured, saved to" : "measured, kept in memory";
+        if (f) {
+            fseek(f, 0, SEEK_END);   /* a stream switching from reading to writing repositions */
+            if (ftell(f) == 0) {
+                char id[1024];
+                em__gemm_identity(id, sizeof id);
+                fprintf(f, "# ember GEMM choices (tensor/cpu/gemm_pick.c); %s\n"
+                           "# dtype trans m n k threads winner us_openblas us_onednn (m n k: size classes)\n", id);
+            }
+            fprintf(f, "f32 %c%c %lld %lld %lld %d %s %.1f %.1f\n", ta, tb, (long long)mc, (long long)nc,
+                    (long long)kc, threads, lib_name(lib), t[0] * 1e6, t[1] * 1e6);
+            fflush(f);
+        }
+    }
+    if (f) fclose(f);   /* closes fd, and so releases the lock */
+    else if (fd >= 0) close(fd);
+    e = slot(ta, tb, threads, mc, nc, kc);
+    bool report = verbose() && e && e->used && !e->reported;
+    if (e && e->used) e->reported = true;
+    pthread_mutex_unlock(&lock);
+    if (report) {
+        if (t[0] > 0)
+            fprintf(stderr, "ember: gemm f32 %c%c %lldx%lldx%lld (class %lldx%lldx%lld), %d thread%s: openblas %.3f ms, "
+                            "onednn %.3f ms -> %s (%s %s)\n", ta, tb, (long long)m, (long long)n, (long long)k,
+                    (long long)mc, (long long)nc, (long long)kc, threads, threads == 1 ? "" : "s", t[0] * 1e3,
+                    t[1] * 1e3, lib_name(lib), from, f ? cache_path : "this process");
+        else
+            fprintf(stderr, "ember: gemm f32 %c%c class %lldx%lldx%lld, %d thread%s -> %s (from %s)\n", ta, tb,
+                    (long long)mc, (long long)nc, (long long)kc, threads, threads == 1 ? "" : "s", lib_name(lib),
+                    cache_path);
+    }
+    return lib;
+}
+
+int em__gemm_known(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, int threads)
+{
+    pthread_mutex_lock(&lock);
+    pick_entry *e = slot(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', threads, em__gemm_size_class(m),
+                         em__gemm_size_class(n), em__gemm_size_class(k));
+    int lib = e && e->used ? e->lib : 0;
+    pthread_mutex_unlock(&lock);
+    return lib;
+}
+
+const char *em__gemm_cache_file(void)
+{
+    pthread_mutex_lock(&lock);
+    cache_init();
+    pthread_mutex_unlock(&lock);
+    return cache_path;
+}
+
+void em__gemm_forget(void)
+{
+    pthread_mutex_lock(&lock);
+    memset(table, 0, sizeof table);
+    table_count = 0;
+    cache_init_done = false;
+    pthread_mutex_unlock(&lock);
+}

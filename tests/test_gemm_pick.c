@@ -1,0 +1,230 @@
+/* ember tests — the f32 GEMM picked by measurement (tensor/cpu/gemm_pick.c):
+ * size classes, results whichever library wins, the choice read back from
+ * the cache file (a pure function of it), lines that do not parse skipped,
+ * two processes racing on one class agreeing through the file lock, and a
+ * directory that cannot be made leaving choices in memory.
+ *
+ * Each test sets EMBER_CACHE_DIR to its own scratch directory and calls
+ * em__gemm_forget, so nothing is shared with other tests or the user's cache.
+ */
+#include "check_util.h"
+#include "tensor/cpu/cpu.h"
+
+#include "ember_config.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static void use_dir(const char *dir)
+{
+    setenv("EMBER_CACHE_DIR", dir, 1);
+    em__gemm_forget();
+}
+
+/* A [r,c] matrix of small values from seed. */
+static float *matrix(int64_t r, int64_t c, uint64_t seed)
+{
+    float *m = malloc((size_t)(r * c) * sizeof(float));
+    for (int64_t i = 0; i < r * c; i++) m[i] = (float)tu_uniform(&seed, -1, 1);
+    return m;
+}
+
+START_TEST(size_classes)
+{
+    static const int64_t in[] = {1, 2, 3, 4, 5, 6, 7, 9, 13, 300, 384, 385, 425, 640, 768, 1000, 1536, 3072, 3073};
+    static const int64_t want[] = {1, 2, 3, 4, 6, 6, 8, 12, 16, 384, 384, 512, 512, 768, 768, 1024, 1536, 3072, 4096};
+    for (size_t i = 0; i < sizeof in / sizeof in[0]; i++)
+        ck_assert_msg(em__gemm_size_class(in[i]) == want[i], "class of %lld: %lld, want %lld", (long long)in[i],
+                      (long long)em__gemm_size_class(in[i]), (long long)want[i]);
+}
+END_TEST
+
+/* em_cpu_gemm in auto mode against an f64 loop, every layout, beta 0 and 1,
+ * and each class lands in the file. */
+START_TEST(auto_results_and_file)
+{
+    use_dir(tu_scratch_path("cache"));
+    const int64_t M = 70, N = 90, K = 110;
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++) {
+            float *a = matrix(M, K, 1 + ta), *b = matrix(K, N, 3 + tb), *c = matrix(M, N, 5), *c0 = malloc(sizeof(float) * M * N);
+            memcpy(c0, c, sizeof(float) * M * N);
+            int64_t lda = ta ? M : K, ldb = tb ? K : N;
+            for (int beta = 0; beta < 2; beta++) {
+                memcpy(c, c0, sizeof(float) * M * N);
+                em_cpu_gemm(EM_GEMM_F32, ta, tb, M, N, K, 0.5, a, lda, b, ldb, beta, c, N);
+                for (int64_t i = 0; i < M; i++)
+                    for (int64_t j = 0; j < N; j++) {
+                        double s = 0, abs = 0;
+                        for (int64_t p = 0; p < K; p++) {
+                            double x = a[ta ? p * lda + i : i * lda + p], y = b[tb ? j * ldb + p : p * ldb + j];
+                            s += x * y;
+                            abs += fabs(x * y);
+                        }
+                        double want = 0.5 * s + beta * (double)c0[i * N + j];
+                        ck_assert_msg(fabs(c[i * N + j] - want) <= 1e-5 * (abs + 1),
+                                      "ta %d tb %d beta %d (%lld,%lld): %g, want %g", ta, tb, beta, (long long)i,
+                                      (long long)j, c[i * N + j], want);
+                    }
+            }
+#if EMBER_HAVE_ONEDNN
+            if (em__gemm_mode() == EM__GEMM_AUTO)
+                ck_assert_msg(em__gemm_known(ta, tb, M, N, K, em_num_threads()) != 0, "class of ta %d tb %d not kept",
+                          ta, tb);
+#endif
+            free(a), free(b), free(c), free(c0);
+        }
+#if EMBER_HAVE_ONEDNN
+    if (em__gemm_mode() != EM__GEMM_AUTO) return;   /* valgrind: OpenBLAS only, nothing measured */
+    const char *path = em__gemm_cache_file();
+    ck_assert_msg(strncmp(path, tu_scratch_path("cache"), strlen(tu_scratch_path("cache"))) == 0, "file %s", path);
+    char *text = tu_read_file(path, NULL);
+    /* classes of 70, 90, 110: 96, 96, 128 */
+    ck_assert_int_eq(tu_count_of(text, " 96 96 128 "), 4);
+    ck_assert_int_eq(tu_count_of(text, "f32 NN "), 1);
+    ck_assert_int_eq(tu_count_of(text, "f32 TT "), 1);
+    free(text);
+#endif
+}
+END_TEST
+
+#if EMBER_HAVE_ONEDNN
+/* The file decides: a choice written there is the one used, and flipping it
+ * flips the choice (after the process forgets what it knew). */
+START_TEST(choice_is_a_function_of_the_file)
+{
+    use_dir(tu_scratch_path("cache"));
+    const char *path = em__gemm_cache_file();
+    ck_assert_msg(path[0], "no cache file");
+    float *a = matrix(200, 300, 7), *b = matrix(300, 400, 8);
+    int th = em_num_threads();
+    char text[512];
+    for (int flip = 0; flip < 2; flip++) {
+        snprintf(text, sizeof text, "# planted\nf32 NN 256 512 384 %d %s 1.0 2.0\nf32 NT 256 512 384 %d %s 1.0 2.0\n",
+                 th, flip ? "openblas" : "onednn", th, flip ? "onednn" : "openblas");
+        tu_write_text(path, text);
+        em__gemm_forget();
+        ck_assert_int_eq(em__gemm_pick(false, false, 200, 400, 300, a, 300, b, 400),
+                         flip ? EM__GEMM_OPENBLAS : EM__GEMM_ONEDNN);
+        ck_assert_int_eq(em__gemm_pick(false, true, 200, 400, 300, a, 300, b, 300),
+                         flip ? EM__GEMM_ONEDNN : EM__GEMM_OPENBLAS);
+        /* nothing was measured: the file still holds only the planted lines */
+        char *now = tu_read_file(path, NULL);
+        ck_assert_str_eq(now, text);
+        free(now);
+    }
+    free(a), free(b);
+}
+END_TEST
+
+/* Lines that do not parse are skipped with a warning naming the file and
+ * line; the valid line after them still counts. */
+START_TEST(bad_lines_skipped)
+{
+    use_dir(tu_scratch_path("cache"));
+    const char *path = em__gemm_cache_file();
+    int th = em_num_threads();
+    char text[1024];
+    snprintf(text, sizeof text,
+             "garbage\n"
+             "f32 NN 256 512\n"
+             "f64 NN 256 512 384 %d onednn 1 2\n"
+             "f32 XN 256 512 384 %d onednn 1 2\n"
+             "f32 NN 250 512 384 %d onednn 1 2\n"            /* not a size class */
+             "f32 NN 256 512 384 0 onednn 1 2\n"
+             "f32 NN 256 512 384 %d mkl 1 2\n"
+             "f32 NN 99999999999999999999999 512 384 %d onednn 1 2\n"
+             "\xff\xfe\x01\n"
+             "f32 NN 256 512 384 %d openblas 1.0 2.0\n",
+             th, th, th, th, th, th);
+    tu_write_text(path, text);
+    em__gemm_forget();
+    float *a = matrix(200, 300, 7), *b = matrix(300, 400, 8);
+    ck_assert_int_eq(tu_capture_stderr_begin(), 0);
+    int lib = em__gemm_pick(false, false, 200, 400, 300, a, 300, b, 400);
+    char *err = tu_capture_stderr_end();
+    ck_assert_int_eq(lib, EM__GEMM_OPENBLAS);
+    ck_assert_msg(err && tu_count_of(err, "not a GEMM choice line") == 9, "stderr: %s", err ? err : "(none)");
+    char where[4200];
+    snprintf(where, sizeof where, "%s:5:", path);
+    ck_assert_msg(strstr(err, where), "no %s in: %s", where, err);
+    free(err);
+    free(a), free(b);
+}
+END_TEST
+
+/* Two processes meeting a new class together agree, and measure it once. */
+START_TEST(racing_processes_agree)
+{
+    if (em__gemm_mode() != EM__GEMM_AUTO) return;   /* valgrind: measuring would run oneDNN under memcheck */
+    use_dir(tu_scratch_path("cache"));
+    const char *path = em__gemm_cache_file();
+    int fds[2][2];
+    pid_t pid[2];
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_eq(pipe(fds[i]), 0);
+        pid[i] = fork();
+        ck_assert_int_ge(pid[i], 0);
+        if (pid[i] == 0) {
+            em__gemm_forget();
+            float *a = matrix(500, 600, 9), *b = matrix(600, 700, 10);
+            char r = (char)em__gemm_pick(false, false, 500, 700, 600, a, 600, b, 700);
+            _exit(write(fds[i][1], &r, 1) == 1 ? 0 : 1);
+        }
+        close(fds[i][1]);
+    }
+    char got[2] = {0, 0};
+    for (int i = 0; i < 2; i++) {
+        int st;
+        ck_assert_int_eq(read(fds[i][0], &got[i], 1), 1);
+        close(fds[i][0]);
+        ck_assert_int_eq(waitpid(pid[i], &st, 0), pid[i]);
+        ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    }
+    ck_assert_int_eq(got[0], got[1]);
+    char *text = tu_read_file(path, NULL);
+    ck_assert_msg(tu_count_of(text, "f32 NN 512 768 768 ") == 1, "file:\n%s", text);
+    free(text);
+}
+END_TEST
+#endif
+
+/* A cache directory that cannot be made: choices stay in memory, results stay right. */
+START_TEST(unwritable_dir_in_memory)
+{
+    tu_write_text(tu_scratch_path("a-file"), "x");
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s/sub", tu_scratch_path("a-file"));   /* below a regular file */
+    use_dir(dir);
+    float *a = matrix(64, 64, 1), *b = matrix(64, 64, 2), c[64 * 64];
+    em_cpu_gemm(EM_GEMM_F32, false, false, 64, 64, 64, 1.0, a, 64, b, 64, 0.0, c, 64);
+    double s = 0;
+    for (int p = 0; p < 64; p++) s += (double)a[p] * b[p * 64];
+    ck_assert_msg(fabs(c[0] - s) < 1e-4, "%g vs %g", c[0], s);
+    ck_assert_str_eq(em__gemm_cache_file(), "");
+    use_dir("none");
+    ck_assert_str_eq(em__gemm_cache_file(), "");
+    free(a), free(b);
+}
+END_TEST
+
+static Suite *make_suite(void)
+{
+    Suite *s = suite_create("gemm_pick");
+    TCase *tc = tu_scratch_per_test(tu_case(s, "gemm_pick", 0), "gemm-pick");
+    tu_add_tests(tc, size_classes, auto_results_and_file, unwritable_dir_in_memory);
+#if EMBER_HAVE_ONEDNN
+    tu_add_tests(tc, choice_is_a_function_of_the_file, bad_lines_skipped, racing_processes_agree);
+#endif
+    return s;
+}
+
+int main(void)
+{
+    unsetenv("EMBER_GEMM");   /* auto, the default */
+    return tu_run_suite(make_suite());
+}
