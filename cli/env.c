@@ -55,6 +55,9 @@ int ember_cmd_env(int argc, char **argv)
     printf("- BLAS: OpenBLAS (%s)\n", openblas_get_config());
     printf("- oneDNN: %s\n", EMBER_HAVE_ONEDNN ? "yes" : "no");
     print_gemm_choices();
+    const char *wp = getenv("OMP_WAIT_POLICY"), *sc = getenv("GOMP_SPINCOUNT");
+    printf("- OpenMP wait: OMP_WAIT_POLICY=%s, GOMP_SPINCOUNT=%s (ember's default: a spin of 3000, tensor/omp_env.c)\n",
+           wp ? wp : "(unset)", sc ? sc : "(unset)");
     printf("- MPI: %s\n", EMBER_HAVE_MPI ? "OpenMPI (built with MPI)" : "no (a world of one only)");
     printf("- CUDA: %s\n", EMBER_HAVE_CUDA ? "built with CUDA, cuBLAS, cuDNN and NCCL" : "not built");
     printf("- utf8proc: %s\n", utf8proc_version());

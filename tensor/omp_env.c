@@ -1,0 +1,43 @@
+/* ember — a bounded OpenMP spin, set before libgomp reads its environment
+ * (issue 17, "threading that survives a busy machine").
+ *
+ * libgomp's default wait is active: a thread that finishes its share of a
+ * parallel region spins up to 300,000 pause loops (several ms) before it
+ * sleeps. When another process shares the cores, those spins take the CPU
+ * from the threads still working: a 2-thread training step ran 5-6x slower
+ * with one busy process beside it (docs/PERFORMANCE.md, "threading").
+ * OMP_WAIT_POLICY=passive avoids that but costs 10-25% on a quiet machine (a
+ * futex wake per region). A spin of GOMP_SPINCOUNT=3000 loops (about 0.1 ms)
+ * measured within 1-3% of the active default on a quiet machine, and 2.1x
+ * instead of 5.6x on a busy one (passive: 1.9-2.0x).
+ *
+ * libgomp reads GOMP_SPINCOUNT once, in its own constructor. Setting it from
+ * ember's code is too late (libgomp is initialized before the libraries and
+ * the program that use it) and from the program's .preinit_array too early
+ * (libc's initializer then resets environ). So this is a shared library of
+ * its own, whose constructor sets the variable, linked into each program
+ * right after libgomp (meson.build, ember_dep): glibc initializes the later
+ * of two unrelated entries of a program's DT_NEEDED list first, so this runs
+ * after libc's initializer and before libgomp's. tests/test_omp_env.sh checks
+ * that libgomp saw the value (OMP_DISPLAY_ENV).
+ *
+ * A program of the user's own gets it the same way when it is built with
+ * meson's ember_dep; one linked by hand against libember gets libgomp's
+ * default unless it links libember-omp-env.so after libgomp, last of all
+ * (`-lgomp -lember-omp-env` at the end of the link line, with
+ * -Wl,--no-as-needed), or sets GOMP_SPINCOUNT (or OMP_WAIT_POLICY) itself.
+ *
+ * The user's own OMP_WAIT_POLICY or GOMP_SPINCOUNT always wins: the variable
+ * is set only when neither is. It is not removed afterwards: processes this
+ * one starts (mpirun's ranks, say) get the same bounded spin.
+ *
+ * EMBER_OMP_DISPLAY=1 also sets OMP_DISPLAY_ENV=verbose (for that test).
+ */
+#include <stdlib.h>
+
+__attribute__((constructor)) static void ember_omp_env(void)
+{
+    if (!getenv("OMP_WAIT_POLICY") && !getenv("GOMP_SPINCOUNT")) setenv("GOMP_SPINCOUNT", "3000", 0);
+    const char *d = getenv("EMBER_OMP_DISPLAY");
+    if (d && *d == '1') setenv("OMP_DISPLAY_ENV", "verbose", 1);
+}
