@@ -30,6 +30,8 @@
 #include <immintrin.h>
 #endif
 
+EM__WIDE_VECTORS   /* element-wise loops only: tensor/numeric.h */
+
 /* ---- dtype metadata -------------------------------------------------------- */
 
 static const size_t dtype_sizes[EM_NUM_DTYPES] = {

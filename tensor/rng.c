@@ -42,6 +42,8 @@
 #include <immintrin.h>
 #endif
 
+EM__WIDE_VECTORS   /* element-wise loops only: tensor/numeric.h */
+
 /* ---- Philox4x32-10 ---------------------------------------------------------- */
 
 /* The full function: 128-bit counter, 64-bit key. Non-static so the tests can

@@ -13,7 +13,8 @@
  *
  * bench/amp/amp_peer.py runs the same work in PyTorch (CPU bf16 autocast) and,
  * given --ember, this program in the same environment, and prints the ratios.
- * Usage: bench_amp [--matmul] [--train] [--config A|B] [--steps N] [--csv] [--cpu-time]
+ * Usage: bench_amp [--matmul] [--train] [--config A|B] [--steps N] [--csv] [--cpu-time] [--profile]
+ * --profile: the last bf16 step's per-op kernel time (forward, backward, optimizer).
  */
 #include "ember.h"
 #include "bench/bench_util.h"
@@ -23,7 +24,7 @@
 #include <string.h>
 #include <time.h>
 
-static bool csv;
+static bool csv, profile;   /* --profile: the last bf16 step's per-op split */
 /* --cpu-time: time with the process's CPU clock instead of the wall clock.
  * For A/B comparisons on a shared, oversubscribed machine with 1 thread
  * (EM_NUM_THREADS=1), where waiting for a core would swamp wall times. */
@@ -109,6 +110,8 @@ static double train(const bench_config *c, bool bf16, int steps, double *loss)
     bench_batch(c, &input_ids, &labels);
     double *t = malloc(sizeof *t * (size_t)steps);
     for (int r = -2; r < steps; r++) {
+        bool prof = profile && bf16 && r == steps - 1;
+        if (prof) em_profile_reset(), em_profile_enable(true);
         double t0 = now();
         EM_SCOPE {
             em_seqcls_output o;
@@ -118,10 +121,13 @@ static double train(const bench_config *c, bool bf16, int steps, double *loss)
             } else {
                 o = em_distilbert_seqcls_forward(m, &in);
             }
+            if (prof) em_profile_print(stdout, "bf16 forward"), em_profile_reset();
             em_backward(o.loss);
             *loss = em_item(o.loss);
         }
+        if (prof) em_profile_print(stdout, "bf16 backward"), em_profile_reset();
         em_optimizer_step(opt);
+        if (prof) em_profile_print(stdout, "bf16 optimizer"), em_profile_enable(false);
         em_module_zero_grad(&m->base, false);
         if (r >= 0) t[r] = now() - t0;
     }
@@ -163,6 +169,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--matmul")) mm = true;
         else if (!strcmp(argv[i], "--train")) tr = true;
         else if (!strcmp(argv[i], "--cpu-time")) clock_id = CLOCK_PROCESS_CPUTIME_ID;
+        else if (!strcmp(argv[i], "--profile")) profile = true;
         else if (!strcmp(argv[i], "--config") && i + 1 < argc) only = argv[++i];
         else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
         else {

@@ -8,6 +8,7 @@
 #ifndef EMBER_CPU_H
 #define EMBER_CPU_H
 
+
 #include "tensor/tensor_internal.h"
 
 #define EM_CPU_DECL(name) int em_cpu_##name(const em_kargs *k);

@@ -3,6 +3,8 @@
 
 #include <omp.h>
 
+EM__WIDE_VECTORS   /* element-wise loops only: tensor/numeric.h */
+
 /* The walk after simplification: `ndim` dims (outermost first, at least 1),
  * byte strides per dim and operand. */
 typedef struct iter {

@@ -21,6 +21,8 @@
 #include <math.h>
 #include <string.h>
 
+EM__WIDE_VECTORS   /* element-wise loops only: tensor/numeric.h */
+
 static bool is_half(em_dtype dt) { return dt == EM_F16 || dt == EM_BF16; }
 
 /* ---- f16/bf16 through f32 ------------------------------------------------------ */

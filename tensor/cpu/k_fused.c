@@ -15,6 +15,8 @@
 #include <omp.h>
 #include <string.h>
 
+EM__WIDE_VECTORS   /* element-wise loops only: tensor/numeric.h */
+
 #define ADAMW_GRAIN 8192
 
 /* lerp as torch's: base + coef*(g - m), with (base, coef) = (m, w1) or

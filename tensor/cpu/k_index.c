@@ -12,6 +12,8 @@
 #include <omp.h>
 #include <string.h>
 
+EM__WIDE_VECTORS   /* element-wise loops only: tensor/numeric.h */
+
 #define PAR_WORK 65536   /* elements below which a kernel stays on one thread */
 
 static char *data_of(const em_tensor *t)
