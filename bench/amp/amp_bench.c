@@ -14,17 +14,19 @@
  * bench/amp/amp_peer.py runs the same work in PyTorch (CPU bf16 autocast) and,
  * given --ember, this program in the same environment, and prints the ratios.
  * Usage: bench_amp [--matmul] [--train] [--config A|B] [--steps N] [--csv] [--cpu-time] [--profile]
- * --profile: the last bf16 step's per-op kernel time (forward, backward, optimizer).
+ * --profile: the last bf16 step's per-op kernel time (forward, backward, optimizer);
+ * --bf16-only: skip the f32 steps (for profilers).
  */
 #include "ember.h"
 #include "bench/bench_util.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-static bool csv, profile;   /* --profile: the last bf16 step's per-op split */
+static bool csv, profile, bf16_only;   /* --profile: the last bf16 step's per-op split */
 /* --cpu-time: time with the process's CPU clock instead of the wall clock.
  * For A/B comparisons on a shared, oversubscribed machine with 1 thread
  * (EM_NUM_THREADS=1), where waiting for a core would swamp wall times. */
@@ -147,7 +149,7 @@ static void bench_train(const char *only, int steps)
     for (size_t i = 0; i < sizeof configs / sizeof *configs; i++) {
         const bench_config *c = &configs[i];
         if (only && strcmp(only, c->name)) continue;
-        double l32, l16, t32 = train(c, false, steps, &l32), t16 = train(c, true, steps, &l16);
+        double l32 = NAN, l16, t32 = bf16_only ? NAN : train(c, false, steps, &l32), t16 = train(c, true, steps, &l16);
         double tok = (double)(c->batch * c->seq);
         if (csv)
             printf("train,%s,%.1f,%.1f,%.0f,%.0f,%.2f,%.5f,%.5f\n", c->name, 1e3 * t32, 1e3 * t16, tok / t32, tok / t16,
@@ -170,10 +172,11 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--train")) tr = true;
         else if (!strcmp(argv[i], "--cpu-time")) clock_id = CLOCK_PROCESS_CPUTIME_ID;
         else if (!strcmp(argv[i], "--profile")) profile = true;
+        else if (!strcmp(argv[i], "--bf16-only")) bf16_only = true;
         else if (!strcmp(argv[i], "--config") && i + 1 < argc) only = argv[++i];
         else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: %s [--matmul] [--train] [--config A|B] [--steps N] [--csv] [--cpu-time]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--matmul] [--train] [--config A|B] [--steps N] [--csv] [--cpu-time] [--profile] [--bf16-only]\n", argv[0]);
             return 2;
         }
     }

@@ -5,7 +5,8 @@
  * their transposes) in scratch as the compute type -- f32 for f32, bf16 and
  * f16 inputs (loaded with em__convert_n, rounded once on store), f64 for f64
  * -- with rows and columns zero-padded to a multiple of 16, and runs the
- * query rows in blocks of QB as small GEMMs (gemm_* below):
+ * query rows in blocks of QB as small GEMMs (gemm_* below; fused multiply-adds
+ * for bf16 and f16 inputs, a product then a sum for f32, as before issue 17):
  *
  *   forward:   S = scale Qb K^T (keys j >= len set to the dtype's lowest value,
  *              as the composed masked_fill); P = softmax(S); lse = logsumexp(S);
@@ -56,41 +57,69 @@ static double lowest(em_dtype dt)
 
 typedef float v16f __attribute__((vector_size(64), aligned(4)));
 
-/* 4 rows x 16 columns of C in registers: 4 independent FMA chains over K. */
-static void gemm_f32(int64_t M, int64_t N, int64_t K, const float *A, int64_t ai, int64_t ak, const float *B,
-                     int64_t ldb, float *C, int64_t ldc, bool acc)
+/* R rows x 16 columns of C in registers (R = 8, then 4): R independent FMA
+ * chains over K, enough to keep both FMA ports busy at 8. Every element is the
+ * same sum in the same order (0 + a_0 b_0 + a_1 b_1 + ...) whatever block
+ * computes it, so the block size does not change a result's bits. */
+#define GEMM_ROWS(R, MADD)                                                                          \
+    for (; i + (R) <= M; i += (R))                                                                  \
+        for (int64_t j = 0; j < N; j += 16) {                                                       \
+            v16f c[R];                                                                              \
+            _Pragma("GCC unroll 8") for (int r = 0; r < (R); r++) c[r] = (v16f){0};                 \
+            const float *a = A + i * ai;                                                            \
+            for (int64_t k = 0; k < K; k++) {                                                       \
+                v16f b = *(const v16f *)(B + k * ldb + j);                                          \
+                const float *ak_ = a + k * ak;                                                      \
+                _Pragma("GCC unroll 8") for (int r = 0; r < (R); r++) c[r] = MADD(ak_[r * ai], b, c[r]); \
+            }                                                                                       \
+            _Pragma("GCC unroll 8") for (int r = 0; r < (R); r++) {                                 \
+                v16f *o = (v16f *)(C + (i + r) * ldc + j);                                          \
+                if (acc) *o += c[r];                                                                \
+                else *o = c[r];                                                                     \
+            }                                                                                       \
+        }
+
+/* c + a b: a rounded product then a rounded sum (ISO C mode does not contract
+ * them), or one fused multiply-add. */
+#define MUL_ADD(a, b, c) ((c) + (a) * (b))
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#define FUSED_MADD(a, b, c) ((v16f)_mm512_fmadd_ps(_mm512_set1_ps(a), (__m512)(b), (__m512)(c)))
+#else
+#define FUSED_MADD(a, b, c) MUL_ADD(a, b, c)
+#endif
+
+/* fma: one fused multiply-add per step (twice the throughput), for bf16 and
+ * f16 inputs, whose results round to 8 or 11 bits anyway. f32 inputs keep the
+ * product-then-sum of earlier versions, so their results stay bit for bit. */
+static void gemm_f32(bool fma, int64_t M, int64_t N, int64_t K, const float *A, int64_t ai, int64_t ak,
+                     const float *B, int64_t ldb, float *C, int64_t ldc, bool acc)
 {
     int64_t i = 0;
-    for (; i + 4 <= M; i += 4)
-        for (int64_t j = 0; j < N; j += 16) {
-            v16f c0 = {0}, c1 = {0}, c2 = {0}, c3 = {0};
-            const float *a = A + i * ai;
-            for (int64_t k = 0; k < K; k++) {
-                v16f b = *(const v16f *)(B + k * ldb + j);
-                const float *ak_ = a + k * ak;
-                c0 += ak_[0] * b;
-                c1 += ak_[ai] * b;
-                c2 += ak_[2 * ai] * b;
-                c3 += ak_[3 * ai] * b;
-            }
-            v16f *o0 = (v16f *)(C + i * ldc + j), *o1 = (v16f *)(C + (i + 1) * ldc + j);
-            v16f *o2 = (v16f *)(C + (i + 2) * ldc + j), *o3 = (v16f *)(C + (i + 3) * ldc + j);
-            if (acc) *o0 += c0, *o1 += c1, *o2 += c2, *o3 += c3;
-            else *o0 = c0, *o1 = c1, *o2 = c2, *o3 = c3;
-        }
+    if (fma) {
+        GEMM_ROWS(8, FUSED_MADD)
+        GEMM_ROWS(4, FUSED_MADD)
+    } else {
+        GEMM_ROWS(8, MUL_ADD)
+        GEMM_ROWS(4, MUL_ADD)
+    }
     for (; i < M; i++)
         for (int64_t j = 0; j < N; j += 16) {
             v16f c0 = {0};
-            for (int64_t k = 0; k < K; k++) c0 += A[i * ai + k * ak] * *(const v16f *)(B + k * ldb + j);
+            for (int64_t k = 0; k < K; k++) {
+                v16f b = *(const v16f *)(B + k * ldb + j);
+                c0 = fma ? FUSED_MADD(A[i * ai + k * ak], b, c0) : MUL_ADD(A[i * ai + k * ak], b, c0);
+            }
             v16f *o = (v16f *)(C + i * ldc + j);
             if (acc) *o += c0;
             else *o = c0;
         }
 }
 
-static void gemm_f64(int64_t M, int64_t N, int64_t K, const double *A, int64_t ai, int64_t ak, const double *B,
+static void gemm_f64(bool fma, int64_t M, int64_t N, int64_t K, const double *A, int64_t ai, int64_t ak, const double *B,
                      int64_t ldb, double *C, int64_t ldc, bool acc)
 {
+    (void)fma;
     for (int64_t i = 0; i < M; i++) {
         double *c = C + i * ldc;
         if (!acc)
@@ -215,6 +244,7 @@ typedef struct scratch {
     uint32_t *bits;
     uint8_t *keep;                     /* [QB,Skp] */
     void *block;
+    bool fma;                          /* gemm_f32's fused multiply-adds: bf16/f16 inputs */
 } scratch;
 
 static bool scratch_new(scratch *w, size_t cs, int64_t sk, int64_t d)
@@ -270,7 +300,7 @@ static bool scratch_new(scratch *w, size_t cs, int64_t sk, int64_t d)
         em_dtype cdt = sizeof(T) == 8 ? EM_F64 : EM_F32;                                                          \
         T *Qb = w->q, *S = w->s;                                                                                  \
         for (int64_t r = 0; r < R; r++) load_vec(Qb + r * Dp, cdt, q, off4(q, b, h, i0 + r), q->stride[3], D, Dp); \
-        gemm_##SFX(R, Skbp, Dp, Qb, Dp, 1, (const T *)w->kt, Skbp, S, Skbp, false);                               \
+        gemm_##SFX(w->fma, R, Skbp, Dp, Qb, Dp, 1, (const T *)w->kt, Skbp, S, Skbp, false);                               \
         if (dr->p > 0) keep_block(dr, (b * H + h) * Sq + i0, R, pg->sk, Skb, w->bits, w->keep);                   \
         T scale = (T)scale_d, low = (T)lowest(q->dtype);                                                          \
         for (int64_t r = 0; r < R; r++) {                                                                         \
@@ -313,7 +343,7 @@ static bool scratch_new(scratch *w, size_t cs, int64_t sk, int64_t d)
             T *P = w->s;                                                                                          \
             if (dr->p > 0) apply_drop_##SFX(P, P, dr, w->keep, R, pg.skbp);                                       \
             T *Ob = w->o;                                                                                         \
-            gemm_##SFX(R, Dp, pg.skbp, P, pg.skbp, 1, (const T *)w->v, Dp, Ob, Dp, false);                        \
+            gemm_##SFX(w->fma, R, Dp, pg.skbp, P, pg.skbp, 1, (const T *)w->v, Dp, Ob, Dp, false);                        \
             store_rows(out, out->offset + row0 * D, Ob, cdt, R, D);                                               \
         }                                                                                                         \
         /* padding queries: 0 */                                                                                  \
@@ -344,9 +374,9 @@ static bool scratch_new(scratch *w, size_t cs, int64_t sk, int64_t d)
             /* dV += Pd^T dO (Pd in Tr when dropout is on) */                                                     \
             const T *Pd = P;                                                                                      \
             if (dr->p > 0) apply_drop_##SFX(Tr, P, dr, w->keep, R, Skbp), Pd = Tr;                                \
-            gemm_##SFX(Skbp, Dp, R, Pd, 1, Skbp, G, Dp, dV, Dp, true);                                            \
+            gemm_##SFX(w->fma, Skbp, Dp, R, Pd, 1, Skbp, G, Dp, dV, Dp, true);                                            \
             /* dP = dropout(dO V^T); D = rowsum(P dP); dS = scale P (dP - D), 0 at masked keys */                 \
-            gemm_##SFX(R, Skbp, Dp, G, Dp, 1, (const T *)w->vt, Skbp, dP, Skbp, false);                           \
+            gemm_##SFX(w->fma, R, Skbp, Dp, G, Dp, 1, (const T *)w->vt, Skbp, dP, Skbp, false);                           \
             if (dr->p > 0) apply_drop_##SFX(dP, dP, dr, w->keep, R, Skbp);                                        \
             for (int64_t r = 0; r < R; r++) {                                                                     \
                 T *pr = P + r * Skbp, *dr_ = dP + r * Skbp, dsum = 0;                                             \
@@ -355,9 +385,9 @@ static bool scratch_new(scratch *w, size_t cs, int64_t sk, int64_t d)
                     j < len ? pr[j] * (dr_[j] - dsum) * scale : 0;                                                \
             }                                                                                                     \
             /* dQb = dS K; dK += dS^T Qb */                                                                       \
-            gemm_##SFX(R, Dp, Skbp, dP, Skbp, 1, (const T *)w->k, Dp, dQb, Dp, false);                            \
+            gemm_##SFX(w->fma, R, Dp, Skbp, dP, Skbp, 1, (const T *)w->k, Dp, dQb, Dp, false);                            \
             store_rows(dq, dq->offset + row0 * D, dQb, cdt, R, D);                                                \
-            gemm_##SFX(Skbp, Dp, R, dP, 1, Skbp, Qb, Dp, dK, Dp, true);                                           \
+            gemm_##SFX(w->fma, Skbp, Dp, R, dP, 1, Skbp, Qb, Dp, dK, Dp, true);                                           \
         }                                                                                                         \
         zero_rows(dq, dq->offset + (base + pg.sqb) * D, (Sq - pg.sqb) * D);                                       \
         int64_t kb = (b * H + h) * Sk;                                                                            \
@@ -381,7 +411,7 @@ int em_cpu_SDPA(const em_kargs *k)
     int failed = 0;
 #pragma omp parallel num_threads(threads_for(B * H * Sq * Sk * D, B * H)) reduction(| : failed)
     {
-        scratch w = {.sk = Sk};
+        scratch w = {.sk = Sk, .fma = q->dtype == EM_BF16 || q->dtype == EM_F16};
         if (!scratch_new(&w, cs, Sk, D)) failed = 1;
 #pragma omp for schedule(static)
         for (int64_t bh = 0; bh < B * H; bh++) {
@@ -416,7 +446,7 @@ int em_cpu_SDPA_BWD(const em_kargs *ka)
     int failed = 0;
 #pragma omp parallel num_threads(threads_for(B * H * (Sq + 1) * Sk * D, B * H)) reduction(| : failed)
     {
-        scratch w = {.sk = Sk};
+        scratch w = {.sk = Sk, .fma = q->dtype == EM_BF16 || q->dtype == EM_F16};
         if (!scratch_new(&w, cs, Sk, D)) failed = 1;
 #pragma omp for schedule(static)
         for (int64_t bh = 0; bh < B * H; bh++) {
