@@ -237,14 +237,16 @@ static double now_s(void)
 static int measure(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
                    int64_t ldb, double t[2])
 {
-    float *c = em__malloc((size_t)(m * n) * sizeof(float));
+    /* plain malloc: a failure here is no error of the caller's, only no measurement */
+    float *c = malloc((size_t)(m * n) * sizeof(float));
     if (!c) return EM__GEMM_ONEDNN;   /* no room to measure: oneDNN, the usual winner */
     const int libs[2] = {EM__GEMM_OPENBLAS, EM__GEMM_ONEDNN};
     t[0] = t[1] = 1e30;
     double spent = 0;
     /* rounds 0 and 1 warm up (JIT, packing buffers, caches); then at least 5
      * timed rounds and 50 ms, at most 20 rounds: on a 2-core VM fewer rounds
-     * let noise pick the loser of a 10% gap */
+     * let noise pick the loser of a 10% gap. Past 1 s in all, one timed round
+     * is enough (such a product's timing is not noise-bound). */
     for (int r = 0; r < 22; r++) {
         for (int i = 0; i < 2; i++) {
             double s = now_s();
@@ -253,9 +255,9 @@ static int measure(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const floa
             if (r > 1 && d < t[i]) t[i] = d;
             spent += d;
         }
-        if (r >= 6 && spent > 0.05) break;
+        if ((r >= 6 && spent > 0.05) || (r >= 2 && spent > 1.0)) break;   /* a big product: 1 timed round */
     }
-    em__free(c);
+    free(c);
     return t[1] < t[0] ? EM__GEMM_ONEDNN : EM__GEMM_OPENBLAS;
 }
 
