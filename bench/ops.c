@@ -366,26 +366,6 @@ static void bench_memory(void)
 
 /* ---- main ---------------------------------------------------------------------- */
 
-static void cpu_model(char *buf, size_t cap)
-{
-    snprintf(buf, cap, "unknown");
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    if (!f) return;
-    char line[512];
-    while (fgets(line, sizeof line, f)) {
-        if (strncmp(line, "model name", 10) == 0) {
-            char *v = strchr(line, ':');
-            if (v) {
-                v += 1 + strspn(v + 1, " \t");
-                v[strcspn(v, "\n")] = 0;
-                snprintf(buf, cap, "%s", v);
-            }
-            break;
-        }
-    }
-    fclose(f);
-}
-
 /* The fixed cost of one op on a tiny tensor, everything but the arithmetic:
  * the front-end checks (the handle's magic word among them), dispatch, the
  * allocation and the scope's release into the header quarantine. ns per op,
@@ -422,7 +402,7 @@ int main(int argc, char **argv)
     em_set_seed(1);
     int threads = em_num_threads();   /* sets OpenMP's thread count first */
     char model[256];
-    cpu_model(model, sizeof model);
+    em__cpu_model(model, sizeof model);
     const char *ct = getenv("OPENBLAS_CORETYPE");
     double peak = measured_peak();
     char dnnl_ver[32] = "none";

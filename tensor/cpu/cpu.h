@@ -45,6 +45,8 @@ int em__gemm_known(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, 
 int64_t em__gemm_size_class(int64_t x);
 const char *em__gemm_cache_file(void);
 void em__gemm_identity(char *buf, size_t n);
+/* The CPU's model name (/proc/cpuinfo's "model name"; "unknown" without one). */
+void em__cpu_model(char *buf, size_t n);
 void em__gemm_forget(void);
 /* bf16 GEMM (gemm_bf16.c): C[m,n] = op(A) op(B), A and B bf16, f32 accumulation,
  * C of c_dtype (EM_BF16 or EM_F32). _fast: oneDNN runs bf16 natively here (else

@@ -101,7 +101,7 @@ static uint64_t fnv1a(uint64_t h, const char *s)
 }
 
 /* The CPU's model name from /proc/cpuinfo ("unknown" where there is none). */
-static void cpu_model(char *buf, size_t n)
+void em__cpu_model(char *buf, size_t n)
 {
     snprintf(buf, n, "unknown");
     FILE *f = fopen("/proc/cpuinfo", "r");
@@ -123,7 +123,7 @@ static void cpu_model(char *buf, size_t n)
 void em__gemm_identity(char *buf, size_t n)
 {
     char model[256];
-    cpu_model(model, sizeof model);
+    em__cpu_model(model, sizeof model);
 #if EMBER_HAVE_ONEDNN
     const dnnl_version_t *v = dnnl_version();
     snprintf(buf, n, "cpu=%s; openblas=%s; onednn=%d.%d.%d %s", model, openblas_get_config(), v->major, v->minor,
