@@ -15,11 +15,15 @@
  * ember's code is too late (libgomp is initialized before the libraries and
  * the program that use it) and from the program's .preinit_array too early
  * (libc's initializer then resets environ). So this is a shared library of
- * its own, whose constructor sets the variable, linked into each program
- * right after libgomp (meson.build, ember_dep): glibc initializes the later
- * of two unrelated entries of a program's DT_NEEDED list first, so this runs
- * after libc's initializer and before libgomp's. tests/test_omp_env.sh checks
- * that libgomp saw the value (OMP_DISPLAY_ENV).
+ * its own, whose constructor sets the variable, placed in each program's
+ * DT_NEEDED list after libgomp and after every library that uses libgomp
+ * (meson.build, ember_dep). glibc (2.36, the DFS sort) walks that list from
+ * its end, initializing each entry after its own dependencies: this library
+ * (which needs only libc) is then initialized before libgomp, which is
+ * reached later, through itself or through OpenBLAS and oneDNN. The ELF rules
+ * leave the order of unrelated libraries to the loader, so
+ * tests/test_omp_env.sh checks the outcome: libgomp reports the value it runs
+ * with (OMP_DISPLAY_ENV).
  *
  * A program of the user's own gets it the same way when it is built with
  * meson's ember_dep; one linked by hand against libember gets libgomp's
