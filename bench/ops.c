@@ -39,7 +39,6 @@
 #include <oneapi/dnnl/dnnl.h>
 #endif
 
-bool em__gemm_prefers_onednn(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k);   /* gemm.c */
 
 /* The library ember ran a case on: EMBER_GEMM's choice, or the one measured
  * for the case's class (gemm_pick.c; a batch runs one thread per matrix). */

@@ -157,6 +157,35 @@ START_TEST(bad_lines_skipped)
 }
 END_TEST
 
+/* A full table (1,536 classes) keeps what it has and answers with the fixed
+ * rule for the rest: nothing more is measured (the file gets no more lines),
+ * so a run with very many shapes does not measure on every call. */
+START_TEST(full_table_falls_back_to_rule)
+{
+    if (em__gemm_mode() != EM__GEMM_AUTO) return;   /* valgrind: measuring would run oneDNN under memcheck */
+    use_dir(tu_scratch_path("cache"));
+    static const int64_t cls[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64};   /* 12^3 = 1,728 classes */
+    float *a = matrix(64, 64, 1), *b = matrix(64, 64, 2);
+    int th = em_num_threads(), kept = 0;
+    for (int i = 0; i < 12; i++)
+        for (int j = 0; j < 12; j++)
+            for (int l = 0; l < 12; l++) {
+                em__gemm_pick(false, false, cls[i], cls[j], cls[l], a, 64, b, 64);
+                kept += em__gemm_known(false, false, cls[i], cls[j], cls[l], th) != 0;
+            }
+    ck_assert_int_eq(kept, 1536);
+    /* a class never seen: the rule's answer, and still not kept */
+    int lib = em__gemm_pick(true, true, 40, 50, 60, a, 64, b, 64);
+    ck_assert_int_eq(lib, em__gemm_prefers_onednn(true, true, 40, 50, 60) ? EM__GEMM_ONEDNN : EM__GEMM_OPENBLAS);
+    ck_assert_int_eq(em__gemm_known(true, true, 40, 50, 60, th), 0);
+    /* measured (so written to the file): the 1,536 kept classes only */
+    char *text = tu_read_file(em__gemm_cache_file(), NULL);
+    ck_assert_int_eq(tu_count_of(text, "\nf32 "), 1536);
+    free(text);
+    free(a), free(b);
+}
+END_TEST
+
 /* Two processes meeting a new class together agree, and measure it once. */
 START_TEST(racing_processes_agree)
 {
@@ -218,7 +247,8 @@ static Suite *make_suite(void)
     TCase *tc = tu_scratch_per_test(tu_case(s, "gemm_pick", 0), "gemm-pick");
     tu_add_tests(tc, size_classes, auto_results_and_file, unwritable_dir_in_memory);
 #if EMBER_HAVE_ONEDNN
-    tu_add_tests(tc, choice_is_a_function_of_the_file, bad_lines_skipped, racing_processes_agree);
+    tu_add_tests(tc, choice_is_a_function_of_the_file, bad_lines_skipped, racing_processes_agree,
+                 full_table_falls_back_to_rule);
 #endif
     return s;
 }

@@ -28,6 +28,8 @@ void em_cpu_gemm(em_gemm_type t, bool trans_a, bool trans_b, int64_t m, int64_t 
  * JIT code confuses it). EM__GEMM_OPENBLAS: oneDNN never runs, bf16 included. */
 enum { EM__GEMM_UNSET, EM__GEMM_RULE, EM__GEMM_OPENBLAS, EM__GEMM_ONEDNN, EM__GEMM_AUTO };
 int em__gemm_mode(void);
+/* The fixed table of EMBER_GEMM=rule (gemm.c): true where it sends f32 to oneDNN. */
+bool em__gemm_prefers_onednn(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k);
 /* One f32 GEMM on the library lib (EM__GEMM_OPENBLAS or EM__GEMM_ONEDNN; oneDNN
  * failing falls back to OpenBLAS). */
 void em__gemm_f32_with(int lib, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha,

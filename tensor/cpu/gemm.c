@@ -55,7 +55,6 @@
 #define RUNNING_ON_VALGRIND 0
 #endif
 
-bool em__gemm_prefers_onednn(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k);
 
 /* EMBER_GEMM, read on first use (a race only reads the same value twice).
  * A build without oneDNN ignores it: OpenBLAS takes every product. */

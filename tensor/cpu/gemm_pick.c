@@ -271,8 +271,10 @@ int em__gemm_pick(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, c
     int64_t mc = em__gemm_size_class(m), nc = em__gemm_size_class(n), kc = em__gemm_size_class(k);
     pthread_mutex_lock(&lock);
     pick_entry *e = slot(ta, tb, threads, mc, nc, kc);
-    if (e && e->used) {
-        int lib = e->lib;
+    if (!e || e->used) {
+        /* known; or a full table (1,536 classes): the fixed rule rather than a
+         * measurement on every call of every class not kept */
+        int lib = e ? e->lib : em__gemm_prefers_onednn(trans_a, trans_b, m, n, k) ? EM__GEMM_ONEDNN : EM__GEMM_OPENBLAS;
         pthread_mutex_unlock(&lock);
         return lib;
     }
