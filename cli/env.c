@@ -11,6 +11,9 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 #include <utf8proc.h>
+#if EMBER_HAVE_ONEDNN
+#include <oneapi/dnnl/dnnl.h>
+#endif
 
 char *openblas_get_config(void);
 const char *em__gemm_cache_file(void);   /* tensor/cpu/gemm_pick.c */
@@ -53,7 +56,22 @@ int ember_cmd_env(int argc, char **argv)
     printf("- cores: %ld\n", sysconf(_SC_NPROCESSORS_ONLN));
     printf("- memory: %.1f GiB\n", (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE) / (1 << 30));
     printf("- BLAS: OpenBLAS (%s)\n", openblas_get_config());
-    printf("- oneDNN: %s\n", EMBER_HAVE_ONEDNN ? "yes" : "no");
+#if EMBER_HAVE_ONEDNN
+    {   /* the instruction set oneDNN's kernels use here: AMX and AVX-512 BF16 decide the bf16 speed */
+        const dnnl_version_t *v = dnnl_version();
+        unsigned isa = (unsigned)dnnl_get_effective_cpu_isa();
+        const char *name = isa == dnnl_cpu_isa_avx512_core_amx    ? "avx512_core_amx (AMX)"
+                           : isa == dnnl_cpu_isa_avx512_core_bf16 ? "avx512_core_bf16"
+                           : isa == dnnl_cpu_isa_avx512_core_vnni ? "avx512_core_vnni"
+                           : isa == dnnl_cpu_isa_avx512_core      ? "avx512_core"
+                           : isa == dnnl_cpu_isa_avx2_vnni        ? "avx2_vnni"
+                           : isa == dnnl_cpu_isa_avx2             ? "avx2"
+                                                                  : "older";
+        printf("- oneDNN: %d.%d.%d, kernels for %s\n", v->major, v->minor, v->patch, name);
+    }
+#else
+    printf("- oneDNN: no\n");
+#endif
     print_gemm_choices();
     const char *wp = getenv("OMP_WAIT_POLICY"), *sc = getenv("GOMP_SPINCOUNT");
     printf("- OpenMP wait: OMP_WAIT_POLICY=%s, GOMP_SPINCOUNT=%s (ember's default: a spin of 3000, tensor/omp_env.c)\n",
