@@ -6,10 +6,10 @@
  * sleeps. When another process shares the cores, those spins take the CPU
  * from the threads still working: a 2-thread training step ran 5-6x slower
  * with one busy process beside it (docs/PERFORMANCE.md, "threading").
- * OMP_WAIT_POLICY=passive avoids that but costs 10-25% on a quiet machine (a
+ * OMP_WAIT_POLICY=passive avoids that but costs 6-33% on a quiet machine (a
  * futex wake per region). A spin of GOMP_SPINCOUNT=3000 loops (about 0.1 ms)
- * measured within 1-3% of the active default on a quiet machine, and 2.1x
- * instead of 5.6x on a busy one (passive: 1.9-2.0x).
+ * measured within 3% of the active default on a quiet machine, and 2.0x
+ * instead of up to 5.6x on a busy one (passive: 1.85x; config B, Xeon).
  *
  * libgomp reads GOMP_SPINCOUNT once, in its own constructor. Setting it from
  * ember's code is too late (libgomp is initialized before the libraries and
