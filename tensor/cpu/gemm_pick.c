@@ -319,7 +319,8 @@ int em__gemm_pick(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, c
             fflush(f);
         }
     }
-    if (f) fclose(f);   /* closes fd, and so releases the lock */
+    bool saved = f != NULL;   /* f itself is indeterminate once closed */
+    if (f) fclose(f);         /* closes fd, and so releases the lock */
     else if (fd >= 0) close(fd);
     e = slot(ta, tb, threads, mc, nc, kc);
     bool report = verbose() && e && e->used && !e->reported;
@@ -330,7 +331,7 @@ int em__gemm_pick(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, c
             fprintf(stderr, "ember: gemm f32 %c%c %lldx%lldx%lld (class %lldx%lldx%lld), %d thread%s: openblas %.3f ms, "
                             "onednn %.3f ms -> %s (%s %s)\n", ta, tb, (long long)m, (long long)n, (long long)k,
                     (long long)mc, (long long)nc, (long long)kc, threads, threads == 1 ? "" : "s", t[0] * 1e3,
-                    t[1] * 1e3, lib_name(lib), from, f ? cache_path : "this process");
+                    t[1] * 1e3, lib_name(lib), from, saved ? cache_path : "this process");
         else
             fprintf(stderr, "ember: gemm f32 %c%c class %lldx%lldx%lld, %d thread%s -> %s (from %s)\n", ta, tb,
                     (long long)mc, (long long)nc, (long long)kc, threads, threads == 1 ? "" : "s", lib_name(lib),
