@@ -18,10 +18,11 @@
  *
  * The vectorized f32<->f16/bf16 loops are compiled when the target has the
  * instructions (__F16C__, __AVX512F__, __AVX512BF16__: the default build uses
- * -march=native) and produce the same bits as the scalar code, which
+ * -march=native; bf16 through tensor/bf16x16.h) and produce the same bits as the scalar code, which
  * tests/test_convert.c checks on every input class.
  */
 #include "tensor/tensor_internal.h"
+#include "tensor/bf16x16.h"
 
 #include <math.h>
 #include <string.h>
@@ -236,28 +237,8 @@ static void store_from_i64(void *p, em_dtype dt, int64_t v)
 static void f32_to_bf16_n(uint16_t *d, const float *s, int64_t n)
 {
     int64_t i = 0;
-#if defined(__AVX512F__)
-    const __m512i lsb = _mm512_set1_epi32(1), bias = _mm512_set1_epi32(0x7fff);
-    const __m512i absmask = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
-    const __m512i quiet = _mm512_set1_epi32(0x40);
-    for (; i + 16 <= n; i += 16) {
-        __m512i u = _mm512_loadu_si512((const void *)(s + i));
-#if defined(__AVX512BF16__)
-        /* vcvtneps2bf16 rounds to nearest even and quiets NaNs like the scalar
-         * code, but flushes subnormal inputs to zero: redo those vectors. */
-        __mmask16 sub = _mm512_testn_epi32_mask(u, inf) & _mm512_test_epi32_mask(u, absmask);
-        if (!sub) {
-            __m256bh r = _mm512_cvtneps_pbh(_mm512_castsi512_ps(u));
-            _mm256_storeu_si256((__m256i *)(d + i), (__m256i)r);
-            continue;
-        }
-#endif
-        __m512i r = _mm512_srli_epi32(
-            _mm512_add_epi32(_mm512_add_epi32(u, bias), _mm512_and_si512(_mm512_srli_epi32(u, 16), lsb)), 16);
-        __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, absmask), inf);
-        r = _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(u, 16), quiet);
-        _mm256_storeu_si256((__m256i *)(d + i), _mm512_cvtepi32_epi16(r));
-    }
+#if defined(EM__HAVE_BF16X16)
+    for (; i + 16 <= n; i += 16) em__bf16x16_store(d + i, _mm512_loadu_ps(s + i));
 #endif
     for (; i < n; i++) d[i] = em__f32_to_bf16(s[i]);
 }
@@ -265,15 +246,8 @@ static void f32_to_bf16_n(uint16_t *d, const float *s, int64_t n)
 static void bf16_to_f32_n(float *d, const uint16_t *s, int64_t n)
 {
     int64_t i = 0;
-#if defined(__AVX512F__)
-    const __m512i absmask = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
-    const __m512i quiet = _mm512_set1_epi32(0x400000);
-    for (; i + 16 <= n; i += 16) {
-        __m512i u = _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(s + i))), 16);
-        __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, absmask), inf);
-        u = _mm512_mask_or_epi32(u, nan, u, quiet);
-        _mm512_storeu_si512((void *)(d + i), u);
-    }
+#if defined(EM__HAVE_BF16X16)
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(d + i, em__bf16x16_load(s + i));
 #endif
     for (; i < n; i++) d[i] = em__bf16_to_f32(s[i]);
 }

@@ -15,6 +15,13 @@
 EM_KERNEL_OP_LIST(EM_CPU_DECL)
 #undef EM_CPU_DECL
 
+/* k_gelu_bf16.c: GELU and GELU_BWD rows on bf16 operands (em_iter_fn; p[0] the
+ * output, then x (and dy)), bf16 in and out with f32 math; defined where
+ * tensor/bf16x16.h is (EM__HAVE_BF16X16). k_elementwise.c runs them when every
+ * operand is bf16. */
+void em__gelu_bf16_loop(char **p, const int64_t *s, int64_t n, void *ctx);
+void em__gelu_bwd_bf16_loop(char **p, const int64_t *s, int64_t n, void *ctx);
+
 /* Internal GEMM interface (gemm.c): C[m,n] = alpha * op(A) op(B) + beta * C,
  * row-major, lda/ldb/ldc in elements. Picks OpenBLAS or oneDNN per shape. */
 typedef enum { EM_GEMM_F32, EM_GEMM_F64 } em_gemm_type;

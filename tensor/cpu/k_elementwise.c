@@ -17,6 +17,7 @@
 #include "tensor/cpu/cpu.h"
 #include "tensor/cpu/iter.h"
 #include "tensor/cpu/vmath.h"
+#include "tensor/bf16x16.h"
 
 #include <math.h>
 #include <string.h>
@@ -487,6 +488,16 @@ static const em_iter_fn loops[EM_NUM_OPS][EM_NUM_DTYPES] = {
     EM_UNARY_BWD_OPS(BWD_ROW)
 };
 
+/* Loops that take bf16 operands directly (every operand bf16), bypassing the
+ * f32 staging of run(): k_gelu_bf16.c. */
+static const em_iter_fn bf16_loops[EM_NUM_OPS] = {
+#if defined(EM__HAVE_BF16X16)
+    [EM_OP_GELU] = em__gelu_bf16_loop, [EM_OP_GELU_BWD] = em__gelu_bwd_bf16_loop,
+#else
+    NULL,   /* none without AVX-512: every bf16 op stages through f32 */
+#endif
+};
+
 /* Ops whose element costs tens of cycles get a smaller grain (more threads
  * sooner): pow, the unary ops marked HEAVY, and every unary _BWD. */
 #define HEAVY_IS_HEAVY true
@@ -504,7 +515,14 @@ static int run_table(const em_kargs *k, int nin)
     if (!fn)
         return em__fail(EM_ERR_UNSUPPORTED, "cpu: %s does not take %s", em_op_table[k->op].name, em_dtype_name(dt));
     em_tensor *ts[3] = {k->out[0], k->in[0], nin > 1 ? k->in[1] : NULL};
-    run(1 + nin, ts, fn, NULL, heavy[k->op] ? EM_ITER_GRAIN_HEAVY : EM_ITER_GRAIN);
+    int64_t grain = heavy[k->op] ? EM_ITER_GRAIN_HEAVY : EM_ITER_GRAIN;
+    bool all_bf16 = true;
+    for (int i = 0; i <= nin; i++) all_bf16 &= ts[i]->dtype == EM_BF16;
+    if (all_bf16 && bf16_loops[k->op]) {
+        em__iter_run(1 + nin, ts, bf16_loops[k->op], NULL, grain);
+        return EM_OK;
+    }
+    run(1 + nin, ts, fn, NULL, grain);
     return EM_OK;
 }
 
