@@ -43,6 +43,7 @@ struct em_node {
     /* AccumulateGrad only */
     em_tensor *leaf;                 /* weak: cleared when the leaf dies         */
     em_hook_list post_hooks;         /* em_post_accumulate_hook                  */
+    bool sunk;                       /* a rule added this backward's gradient into .grad (em__grad_sink) */
     /* backward bookkeeping */
     em_tensor *grad_buf[EM_NODE_MAX_OUT];
     int deps;
@@ -89,6 +90,19 @@ em_node *em__node_new(int op, int n_in);
 bool em__node_link_inputs(em_node *n, int n_in, em_tensor *const *in);   /* edges + input geometry */
 bool em__node_adopt_output(em_node *n, em_tensor *out, int j);           /* out's grad_fn := n, output j */
 void em__node_drop(em_node *n);                                          /* releases a node never adopted */
+
+/* A gradient sink: the leaf .grad into which a rule may add input i's gradient
+ * itself (in place, with the bits accumulate() would give), instead of returning
+ * it in gin[i] -- so a gradient that is mostly zeros (embedding's) or one a GEMM
+ * could add (beta = 1) needs no dense temporary and no second pass. Non-NULL
+ * only when that addition is all the engine would do with gin[i]: the input is a
+ * leaf's AccumulateGrad node, this node is its only producer in this backward,
+ * it has no gradient hooks (em_register_hook) and the leaf already has a
+ * contiguous .grad of the given dtype and the input's shape and device. A
+ * non-NULL return commits the rule: it must add into it and leave gin[i] NULL;
+ * the AccumulateGrad node then only fires its post-accumulate hooks (DDP's
+ * buckets see the gradient as usual). */
+em_tensor *em__grad_sink(em_node *n, int i, em_dtype dt);
 
 /* Sums g over the dims that broadcasting added or expanded, back to shape. */
 em_tensor *em__sum_to(em_tensor *g, int ndim, const int64_t *shape);

@@ -461,6 +461,20 @@ static void accumulate(em_node *n, em_tensor *g)
         ((em_post_accumulate_hook)n->post_hooks.items[i].fn)(leaf, n->post_hooks.items[i].user);
 }
 
+em_tensor *em__grad_sink(em_node *n, int i, em_dtype dt)
+{
+    em_node *c = i < n->n_in ? n->next[i].node : NULL;
+    if (!c || c->op != EM_ACCUMULATE_GRAD || !c->leaf || c->deps != 1 || c->grad_buf[0] || c->pre_hooks[0].n) return NULL;
+    em_tensor *g = c->leaf->ag->grad;
+    const struct em_geom *want = &n->in[i];
+    if (!g || g->dtype != dt || g->dtype != c->leaf->dtype || !em_is_contiguous(g) ||
+        !em_device_eq(g->device, want->device) || g->ndim != want->ndim ||
+        memcmp(g->shape, want->shape, sizeof(int64_t) * (size_t)g->ndim))
+        return NULL;
+    c->sunk = true;
+    return g;
+}
+
 void em_backward(em_tensor *root) { em_backward_ex(root, &(em_backward_opts){0}); }
 
 void em_backward_ex(em_tensor *root, const em_backward_opts *opts)
@@ -533,6 +547,14 @@ void em_backward_ex(em_tensor *root, const em_backward_opts *opts)
             break;
         }
         check_versions(n);
+        if (n->op == EM_ACCUMULATE_GRAD && n->sunk) {
+            /* the producer's rule added the gradient into .grad itself */
+            n->sunk = false;
+            em_tensor *leaf = n->leaf;
+            for (int i = 0; leaf && i < n->post_hooks.n; i++)
+                ((em_post_accumulate_hook)n->post_hooks.items[i].fn)(leaf, n->post_hooks.items[i].user);
+            continue;
+        }
         em_scope_begin();
         em_tensor *gout[EM_NODE_MAX_OUT] = {0}, *gin[EM_KARGS_IN] = {0};
         em_tensor **gin_list = gin;

@@ -357,11 +357,16 @@ static void bw_layer_norm(em_node *n, em_tensor *const *g, em_tensor **gin)
 }
 
 /* dw: rows of g added into the rows their ids picked; padding_idx rows stay 0
- * (i[1] says whether i[0] holds a padding_idx: em__embedding_ex). */
+ * (i[1] says whether i[0] holds a padding_idx: em__embedding_ex). Into the
+ * weight's .grad directly when the engine offers it (em__grad_sink): a [V,D]
+ * gradient of which at most N rows are not zero then costs no [V,D] fill and
+ * no [V,D] add. */
 static void bw_embedding(em_node *n, em_tensor *const *g, em_tensor **gin)
 {
     int64_t pad = n->saved.i[1] ? n->saved.i[0] : -1;
-    gin[0] = em_embedding_backward(g[0], IN(1), n->in[0].shape[0], pad);
+    em_tensor *sink = em__grad_sink(n, 0, g[0]->dtype);
+    if (sink) em__embedding_backward_into(sink, g[0], IN(1), pad);
+    else gin[0] = em_embedding_backward(g[0], IN(1), n->in[0].shape[0], pad);
 }
 
 /* dropout is linear in x with the mask of (seed, offset): running it again on g

@@ -19,6 +19,12 @@ em_tensor *em__unary_backward(em_op op, em_tensor *x, em_tensor *dy);
  * padding_idx stay zero (torch's nn.Embedding(padding_idx=...)). padding_idx
  * is -1 (none) or in [0, V). The forward result equals em_embedding's. */
 em_tensor *em__embedding_ex(em_tensor *weight, em_tensor *ids, int64_t padding_idx);
+/* em_embedding_backward added into dw ([V,D], contiguous, dy's dtype and device)
+ * in place: each row some id picked gets += the (rounded) sum of its dy rows, so
+ * the bits are those of dw + em_embedding_backward(...) on those rows; rows no
+ * id picked, and padding_idx's, are not touched. For autograd's gradient sink.
+ * Returns false (error set) on bad arguments or a failed kernel. */
+bool em__embedding_backward_into(em_tensor *dw, em_tensor *dy, em_tensor *ids, int64_t padding_idx);
 
 /* Scaled dot-product attention, as Hugging Face DistilBERT computes it:
  *   w = softmax((q / sqrt(Dh)) k^T, masked_fill(!mask, finfo(dtype).min)), dim -1)

@@ -8,6 +8,7 @@
  * checked before dispatch.
  */
 #include "tensor/op_nn.h"
+#include "tensor/op_grad.h"
 #include "tensor/tensor_internal.h"
 
 #include <math.h>
@@ -240,10 +241,10 @@ em_tensor *em_embedding(em_tensor *weight, em_tensor *ids)
     return r;
 }
 
-em_tensor *em_embedding_backward(em_tensor *dy, em_tensor *ids, int64_t num_embeddings, int64_t padding_idx)
+/* The checks of em_embedding_backward (and of its accumulating form): dy on success, else NULL. */
+static em_tensor *check_embedding_backward(const char *op, em_tensor *dy, em_tensor *ids, int64_t num_embeddings,
+                                           int64_t padding_idx)
 {
-    static const char op[] = "em_embedding_backward";
-    EM_PROPAGATE_NULL(dy, ids);
     EM_CHECK(em_dtype_is_float(dy->dtype), op, "dy must be floating-point, got %s %s", em_dtype_name(dy->dtype),
              em__shape_str(dy));
     EM_CHECK(is_index_dtype(ids->dtype), op, "ids must be i64 or i32, got %s %s", em_dtype_name(ids->dtype),
@@ -257,6 +258,14 @@ em_tensor *em_embedding_backward(em_tensor *dy, em_tensor *ids, int64_t num_embe
     EM_CHECK(padding_idx < num_embeddings, op, "padding_idx %lld is out of range for num_embeddings %lld",
              (long long)padding_idx, (long long)num_embeddings);
     if (!check_indices(op, ids, num_embeddings, false, 0, "id", "dy", dy)) return NULL;
+    return dy;
+}
+
+em_tensor *em_embedding_backward(em_tensor *dy, em_tensor *ids, int64_t num_embeddings, int64_t padding_idx)
+{
+    static const char op[] = "em_embedding_backward";
+    EM_PROPAGATE_NULL(dy, ids);
+    if (!check_embedding_backward(op, dy, ids, num_embeddings, padding_idx)) return NULL;
     int64_t shape[2] = {num_embeddings, dy->shape[dy->ndim - 1]};
     em_scope_begin();
     em_tensor *dw = em__empty(2, shape, dy->dtype, dy->device);
@@ -264,6 +273,22 @@ em_tensor *em_embedding_backward(em_tensor *dy, em_tensor *ids, int64_t num_embe
     em_tensor *r = keep_if(dw && em__dispatch(&k) == EM_OK, dw);
     em_scope_end();
     return r;
+}
+
+bool em__embedding_backward_into(em_tensor *dw, em_tensor *dy, em_tensor *ids, int64_t padding_idx)
+{
+    static const char op[] = "em__embedding_backward_into";
+    if (!dw || !dy || !ids) return false;
+    if (!em__live(dw, op) || !em__live(dy, op) || !em__live(ids, op)) return false;
+    if (dw->ndim != 2 || !em_is_contiguous(dw) || dw->dtype != dy->dtype || !em_device_eq(dw->device, dy->device) ||
+        dw->shape[1] != dy->shape[dy->ndim - 1]) {
+        em__misuse(op, "dw %s (%s) must be a contiguous [V, %lld] of dy's dtype %s and device", em__shape_str(dw),
+                   em_dtype_name(dw->dtype), (long long)dy->shape[dy->ndim - 1], em_dtype_name(dy->dtype));
+        return false;
+    }
+    if (!check_embedding_backward(op, dy, ids, dw->shape[0], padding_idx)) return false;
+    em_kargs k = {.op = EM_OP_EMBEDDING_BWD, .in = {dy, ids}, .out = {dw}, .i = {padding_idx < 0 ? -1 : padding_idx, 1}};
+    return em__dispatch(&k) == EM_OK;
 }
 
 /* ---- dropout ---------------------------------------------------------------------------- */

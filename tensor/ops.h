@@ -61,7 +61,8 @@ struct em_tensor;
     /* EMBEDDING: in[0]=w [V,D], in[1]=ids i64/i32 (checked < V) -> out[0] [N,D];        \
        i[1]=1 when i[0] holds a padding_idx (for autograd; the kernel ignores both).     \
        EMBEDDING_BWD: in[0]=dy [N,D], in[1]=ids [N] -> out[0]=dw [V,D] (kernel zeroes);  \
-       i[0]=padding_idx or -1 */                                                         \
+       i[0]=padding_idx or -1; i[1]=1: out[0] (contiguous) is added into instead, each   \
+       picked row += its rounded sum, rows no id picked (and padding_idx) untouched */   \
     X(EMBEDDING) X(EMBEDDING_BWD)                                                        \
     /* DROPOUT: in[0]=x -> out[0]=y, out[1]=mask bool; f[0]=p; i[0]=seed, i[1]=offset */ \
     X(DROPOUT)                                                                           \

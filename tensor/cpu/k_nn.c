@@ -305,13 +305,30 @@ int em_cpu_EMBEDDING(const em_kargs *k)
  * Rows are grouped by id with a stable counting sort, then each dw row is
  * summed by one thread (f32 accumulation; f64 for f64): no atomics, and the
  * result does not depend on the thread count. */
+/* dw[off .. off + D) = dw + round(a) as em_add computes it (a rounded to dw's
+ * dtype first, then the sum in f32, or f64 for f64, rounded once): the bits of
+ * adding the dense result into dw. a is f32 or f64 (adt). */
+static void add_row_rounded(em_tensor *dw, int64_t off, int64_t D, const void *a, em_dtype adt)
+{
+    char *o = data_of(dw) + (size_t)off * em_dtype_size(dw->dtype);
+    size_t es = em_dtype_size(dw->dtype), as = em_dtype_size(adt);
+    for (int64_t j = 0; j < D; j++) {
+        char g[8];
+        em__store(g, dw->dtype, em__load((const char *)a + (size_t)j * as, adt));   /* the dense result's element */
+        double sum = dw->dtype == EM_F64 ? em__load(o + j * es, EM_F64) + em__load(g, EM_F64)
+                                         : (double)((float)em__load(o + j * es, dw->dtype) + (float)em__load(g, dw->dtype));
+        em__store(o + j * es, dw->dtype, sum);
+    }
+}
+
 int em_cpu_EMBEDDING_BWD(const em_kargs *k)
 {
     const em_tensor *dy = k->in[0], *ids = k->in[1];
     em_tensor *dw = k->out[0];
     int64_t V = dw->shape[0], D = dw->shape[1], N = em_numel(ids), pad = k->i[0];
+    bool into = k->i[1] != 0;   /* add into dw (contiguous): picked rows only */
     size_t oes = em_dtype_size(dw->dtype);
-    memset(data_of(dw) + (size_t)dw->offset * oes, 0, (size_t)(V * D) * oes);
+    if (!into) memset(data_of(dw) + (size_t)dw->offset * oes, 0, (size_t)(V * D) * oes);
     if (N == 0 || D == 0 || V == 0) return EM_OK;
 
     bool ids_contig = em_is_contiguous(ids);
@@ -356,9 +373,10 @@ int em_cpu_EMBEDDING_BWD(const em_kargs *k)
                     load_row_d(dy, row_base(dy, last, order[i]), gs, D, rw);
                     for (int64_t j = 0; j < D; j++) a[j] += rw[j];
                 }
-                store_row_d(dw, dw->offset + v * D, 1, D, a);
+                if (into) add_row_rounded(dw, dw->offset + v * D, D, a, EM_F64);
+                else store_row_d(dw, dw->offset + v * D, 1, D, a);
             } else {
-                float *a = fast ? (float *)data_of(dw) + dw->offset + v * D : acc;
+                float *a = fast && !into ? (float *)data_of(dw) + dw->offset + v * D : acc;
                 memset(a, 0, (size_t)D * sizeof(float));
                 for (int64_t i = lo; i < hi; i++) {
                     const float *src = row;
@@ -367,7 +385,15 @@ int em_cpu_EMBEDDING_BWD(const em_kargs *k)
 #pragma omp simd
                     for (int64_t j = 0; j < D; j++) a[j] += src[j];
                 }
-                if (!fast) store_row_f(dw, dw->offset + v * D, 1, D, a);
+                if (into && fast) {
+                    float *o = (float *)data_of(dw) + dw->offset + v * D;
+#pragma omp simd
+                    for (int64_t j = 0; j < D; j++) o[j] += a[j];
+                } else if (into) {
+                    add_row_rounded(dw, dw->offset + v * D, D, a, EM_F32);
+                } else if (!fast) {
+                    store_row_f(dw, dw->offset + v * D, 1, D, a);
+                }
             }
         }
     }

@@ -69,10 +69,12 @@ __device__ inline int64_t lower_bound(const uint32_t *k, int64_t n, uint32_t v)
     return lo;
 }
 
-/* dw[v] = sum of the dy rows whose id is v, in increasing row order. */
+/* dw[v] = sum of the dy rows whose id is v, in increasing row order; into: dw[v] +=
+ * that sum (rounded to T first, as adding the dense result would), rows with no
+ * id (and pad) untouched. */
 template <class T>
 __global__ void __launch_bounds__(512) embed_rows(T *dw, const T *dy, int64_t gs, const uint32_t *keys, const int64_t *base, int64_t N, int64_t V,
-                           int64_t D, int64_t pad)
+                           int64_t D, int64_t pad, bool into)
 {
     using C = typename Compute<T>::type;
     __shared__ int64_t range[2];
@@ -84,10 +86,11 @@ __global__ void __launch_bounds__(512) embed_rows(T *dw, const T *dy, int64_t gs
         }
         __syncthreads();
         int64_t lo = range[0], hi = v == pad ? range[0] : range[1];
+        if (into && lo == hi) continue;
         for (int64_t j = threadIdx.x; j < D; j += blockDim.x) {
             C acc = 0;
             for (int64_t i = lo; i < hi; i++) acc += load_c<C>(dy[base[i] + j * gs]);
-            dw[v * D + j] = store_c<T>(acc);
+            dw[v * D + j] = into ? store_c<T>(load_c<C>(dw[v * D + j]) + load_c<C>(store_c<T>(acc))) : store_c<T>(acc);
         }
     }
 }
@@ -97,10 +100,11 @@ template <class T> em_status embed_bwd_t(const em_kargs *k, cudaStream_t s, int 
     const em_tensor *dy = k->in[0], *ids = k->in[1];
     em_tensor *dw = k->out[0];
     int64_t V = dw->shape[0], D = dw->shape[1], N = em_numel(ids), pad = k->i[0];
+    bool into = k->i[1] != 0;
     T *dwp = (T *)tv_of(dw).p;
     if (V * D == 0) return EM_OK;
     if (N == 0 || D == 0) {
-        EM_CU(cudaMemsetAsync(dwp, 0, sizeof(T) * (size_t)(V * D), s));
+        if (!into) EM_CU(cudaMemsetAsync(dwp, 0, sizeof(T) * (size_t)(V * D), s));
         return EM_OK;
     }
     if (V > 0xffffffffLL)
@@ -128,7 +132,7 @@ template <class T> em_status embed_bwd_t(const em_kargs *k, cudaStream_t s, int 
     embed_bases<<<blocks_for(N), kThreads, 0, s>>>(R, svals, N, base);
     EM_CU_LAUNCHED();
     embed_rows<T><<<(unsigned)(V < 65536 ? V : 65536), row_threads(D), 0, s>>>(dwp, (const T *)tv_of(dy).p, R.rs[0],
-                                                                                skeys, base, N, V, D, pad);
+                                                                                skeys, base, N, V, D, pad, into);
     EM_CU_LAUNCHED();
     return EM_OK;
 }
