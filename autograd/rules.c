@@ -333,9 +333,17 @@ static void bw_linear(em_node *n, em_tensor *const *g, em_tensor **gin)
     if (NEEDS(1))
         gin[1] = is_transposed(x) ? em_transpose(em_matmul(em_transpose(w, 0, 1), em_transpose(g[0], 0, 1)), 0, 1)
                                   : em_matmul(g[0], w);
-    if (NEEDS(2))
-        gin[2] = w->shape[1] > 1 ? em_matmul(em_transpose(g[0], 0, 1), x)
-                                 : em_transpose(em_matmul(em_transpose(x, 0, 1), g[0]), 0, 1);
+    if (NEEDS(2)) {
+        /* dW = g^T x, added by the GEMM (beta = 1) straight into an existing f32/f64
+         * .grad when the engine offers it: no [N,K] temporary, no separate add */
+        em_dtype dt = g[0]->dtype;
+        bool can_sink = w->shape[1] > 1 && (dt == EM_F32 || dt == EM_F64) && x->dtype == dt && g[0]->ndim == 2;
+        em_tensor *sink = can_sink ? em__grad_sink(n, 2, dt) : NULL;
+        if (sink) em__matmul_into(sink, em_transpose(g[0], 0, 1), x);
+        else
+            gin[2] = w->shape[1] > 1 ? em_matmul(em_transpose(g[0], 0, 1), x)
+                                     : em_transpose(em_matmul(em_transpose(x, 0, 1), g[0]), 0, 1);
+    }
     if (NEEDS(0)) gin[0] = em__sum_to(g[0], GEOM(0));
 }
 

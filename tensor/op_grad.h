@@ -25,6 +25,12 @@ em_tensor *em__embedding_ex(em_tensor *weight, em_tensor *ids, int64_t padding_i
  * id picked, and padding_idx's, are not touched. For autograd's gradient sink.
  * Returns false (error set) on bad arguments or a failed kernel. */
 bool em__embedding_backward_into(em_tensor *dw, em_tensor *dy, em_tensor *ids, int64_t padding_idx);
+/* c += a b in place (GEMM with beta = 1): c [M,N] contiguous, a [M,K], b [K,N] (any
+ * GEMM-ready strides), one dtype, f32 or f64, one device. Where c holds zeros the
+ * bits are em_matmul(a, b)'s (the GEMM adds its partial sums into c either way).
+ * For autograd's gradient sink (linear's weight gradient). false (error set) on
+ * bad arguments or a failed kernel. */
+bool em__matmul_into(em_tensor *c, em_tensor *a, em_tensor *b);
 
 /* Scaled dot-product attention, as Hugging Face DistilBERT computes it:
  *   w = softmax((q / sqrt(Dh)) k^T, masked_fill(!mask, finfo(dtype).min)), dim -1)

@@ -13,6 +13,7 @@
  * recorded ops; only the result leaves the scope.
  */
 #include "tensor/tensor_internal.h"
+#include "tensor/op_grad.h"
 
 #include <limits.h>
 
@@ -49,6 +50,31 @@ static em_tensor *prepare(em_tensor *x, int nd, const int64_t *bshape)
     shape[nd - 2] = x->shape[x->ndim - 2];
     shape[nd - 1] = x->shape[x->ndim - 1];
     return em_expand(x, nd, shape);
+}
+
+bool em__matmul_into(em_tensor *c, em_tensor *a, em_tensor *b)
+{
+    static const char op[] = "em__matmul_into";
+    if (!c || !a || !b || !em__live(c, op) || !em__live(a, op) || !em__live(b, op)) return false;
+    bool ok = a->ndim == 2 && b->ndim == 2 && c->ndim == 2 && (c->dtype == EM_F32 || c->dtype == EM_F64) &&
+              a->dtype == c->dtype && b->dtype == c->dtype && em_device_eq(a->device, c->device) &&
+              em_device_eq(b->device, c->device) && em_is_contiguous(c) && a->shape[1] == b->shape[0] &&
+              c->shape[0] == a->shape[0] && c->shape[1] == b->shape[1];
+    if (!ok) {
+        em__misuse(op, "expected c [M,N] += a [M,K] b [K,N], c contiguous, one f32/f64 dtype and device; got %s %s, "
+                   "%s %s, %s %s", em_dtype_name(c->dtype), em__shape_str(c), em_dtype_name(a->dtype),
+                   em__shape_str(a), em_dtype_name(b->dtype), em__shape_str(b));
+        return false;
+    }
+    bool done = false;
+    em_scope_begin();
+    em_tensor *av = em__gemm_ready(a) ? a : em_contiguous(a), *bv = em__gemm_ready(b) ? b : em_contiguous(b);
+    if (av && bv) {
+        em_kargs k = {.op = EM_OP_MATMUL, .in = {av, bv}, .out = {c}, .i = {1}};
+        done = em__dispatch(&k) == EM_OK;
+    }
+    em_scope_end();
+    return done;
 }
 
 em_tensor *em_matmul(em_tensor *a, em_tensor *b)

@@ -7,13 +7,17 @@
  *     that is how the tests see the sink was taken);
  *   - the sink is declined, and the result still right, when the leaf has a
  *     tensor hook (which must still run), a second producer, or no .grad yet;
- *   - post-accumulate hooks fire once, after the gradient is in .grad.
+ *   - post-accumulate hooks fire once, after the gradient is in .grad;
+ *   - linear's weight gradient goes into an f32/f64 .grad by the GEMM itself
+ *     (em__matmul_into, beta = 1): with a zeroed .grad the bits are those of
+ *     the dense em_matmul, otherwise .grad + g^T x, and no add op runs.
  */
 #include "check_util.h"
 #include "tensor/op_grad.h"
 #include "tensor/tensor_internal.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 enum { V = 40, D = 24, N = 30 };
@@ -152,10 +156,68 @@ START_TEST(sink_fires_post_accumulate_hooks)
 }
 END_TEST
 
+/* The number of calls of op `name` in the profile since the last reset. */
+static int profiled_calls(const char *name)
+{
+    char buf[8192] = {0};
+    FILE *f = fmemopen(buf, sizeof buf - 1, "w");
+    em_profile_print(f, "t");
+    fclose(f);
+    char key[64];
+    snprintf(key, sizeof key, "\n%s ", name);
+    const char *at = strstr(buf, key);
+    int calls = 0;
+    if (at) sscanf(at + strlen(key), " %d", &calls);
+    return calls;
+}
+
+START_TEST(linear_weight_gradient_into_grad)
+{
+    static const em_dtype dts[] = {EM_F32, EM_F64};
+    for (size_t d = 0; d < sizeof dts / sizeof *dts; d++) EM_SCOPE {
+        em_dtype dt = dts[d];
+        em_tensor *x = em_to_dtype(em_randn(EM_SHAPE(33, 20), EM_F32, EM_CPU), dt);
+        em_tensor *r = em_to_dtype(em_randn(EM_SHAPE(33, 12), EM_F32, EM_CPU), dt);
+        em_tensor *w = em_requires_grad_(em_to_dtype(em_randn(EM_SHAPE(12, 20), EM_F32, EM_CPU), dt), true);
+        em_tensor *xt = em_transpose(em_contiguous(em_transpose(x, 0, 1)), 0, 1);   /* x as a transposed view */
+        em_tensor *dense = em_matmul(em_transpose(r, 0, 1), x);                  /* d loss / d w */
+        for (int layout = 0; layout < 2; layout++) {
+            em_set_grad(w, em_zeros(EM_SHAPE(12, 20), dt, EM_CPU));
+            em_profile_reset();
+            em_profile_enable(true);
+            em_backward(em_sum(em_mul(em_linear(layout ? xt : x, w, NULL), r), 0, NULL, false));
+            em_profile_enable(false);
+            ck_assert_int_eq(profiled_calls("add"), 0);   /* the GEMM added it */
+            ck_assert_int_eq(profiled_calls("matmul"), 1);
+            ck_assert_msg(!memcmp(em_data_ptr(em_grad(w)), em_data_ptr(dense), 12 * 20 * em_dtype_size(dt)),
+                          "%s: a zeroed .grad plus the sunk gradient differs from em_matmul's bits", em_dtype_name(dt));
+        }
+        /* a second backward adds to it: 2 * dense, up to the rounding of one addition */
+        em_backward(em_sum(em_mul(em_linear(x, w, NULL), r), 0, NULL, false));
+        em_tensor *want = em_mul_scalar(dense, 2.0);
+        for (int64_t i = 0; i < 12; i++)
+            for (int64_t j = 0; j < 20; j++) {
+                double a = em_get(em_grad(w), (int64_t[]){i, j}), b = em_get(want, (int64_t[]){i, j});
+                ck_assert_msg(fabs(a - b) <= 1e-6 * (fabs(b) + 1), "%s [%lld,%lld]: %g, want %g", em_dtype_name(dt),
+                              (long long)i, (long long)j, a, b);
+            }
+    }
+}
+END_TEST
+
+START_TEST(misuse_matmul_into_bf16)
+{
+    tu_expect_misuse("em__matmul_into: expected c [M,N] += a [M,K] b [K,N]");
+    em_tensor *a = em_zeros(EM_SHAPE(4, 4), EM_BF16, EM_CPU);
+    em__matmul_into(em_zeros(EM_SHAPE(4, 4), EM_BF16, EM_CPU), a, a);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("grad_sink");
     tu_add_tests(tu_case(s, "grad_sink", 120), sink_matches_dense_bits, sink_declined_when_it_would_change_the_result,
-                 sink_fires_post_accumulate_hooks);
+                 sink_fires_post_accumulate_hooks, linear_weight_gradient_into_grad);
+    tu_add_misuse_tests(tu_case(s, "misuse", 0), misuse_matmul_into_bf16);
     return tu_run_suite(s);
 }

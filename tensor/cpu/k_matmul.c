@@ -150,6 +150,7 @@ typedef struct plan {
     /* per-thread scratch, in elements of the compute type: A at 0 (when it is
      * packed per batch), B at sb, C at sc (when out is not the compute type) */
     int64_t sb, sc, slot;
+    bool into;   /* MATMUL i[0]: C += A B (f32/f64, C the compute type) */
 } plan;
 
 /* One batch matrix: C[bi] = A[bi] B[bi], with this thread's scratch. Fails
@@ -177,7 +178,7 @@ static em_status run_one(const plan *P, int64_t bi, char *scratch)
     if (P->cdt == EM_BF16)   /* out is bf16 too: written directly */
         return em_cpu_gemm_bf16(P->A.trans, P->B.trans, P->M, P->N, P->K, pa, P->A.ld, pb, P->B.ld, c, EM_BF16, P->N);
     em_cpu_gemm(P->cdt == EM_F64 ? EM_GEMM_F64 : EM_GEMM_F32, P->A.trans, P->B.trans, P->M, P->N, P->K,
-                1.0, pa, P->A.ld, pb, P->B.ld, 0.0, direct_c ? c : sc, P->N);
+                1.0, pa, P->A.ld, pb, P->B.ld, P->into ? 1.0 : 0.0, direct_c ? c : sc, P->N);
     if (!direct_c) em__convert_n(c, P->odt, sc, P->cdt, P->M * P->N);
     return EM_OK;
 }
@@ -187,12 +188,16 @@ int em_cpu_MATMUL(const em_kargs *k)
     em_tensor *a = k->in[0], *b = k->in[1], *c = k->out[0];
     int nd = c->ndim, nb = nd - 2;
     plan P = {.c = em_data_ptr(c), .odt = c->dtype, .cdt = compute_dtype(c->dtype), .nb = nb,
-              .bshape = c->shape, .M = c->shape[nd - 2], .N = c->shape[nd - 1], .K = a->shape[nd - 1]};
+              .bshape = c->shape, .M = c->shape[nd - 2], .N = c->shape[nd - 1], .K = a->shape[nd - 1],
+              .into = k->i[0] != 0};
+    if (P.into && (P.odt != P.cdt || !em_is_contiguous(c)))
+        return em__fail(EM_ERR_UNSUPPORTED, "cpu: matmul adds into %s output only when contiguous f32/f64",
+                        em_dtype_name(c->dtype));
     int64_t batch = 1;
     for (int d = 0; d < nb; d++) batch *= c->shape[d];
     if (batch == 0 || P.M == 0 || P.N == 0) return EM_OK;
-    if (P.K == 0) {   /* empty sum: zeros (all-zero bits in every float dtype) */
-        memset(P.c, 0, (size_t)(batch * P.M * P.N) * em_dtype_size(c->dtype));
+    if (P.K == 0) {   /* empty sum: zeros (all-zero bits in every float dtype); into: nothing to add */
+        if (!P.into) memset(P.c, 0, (size_t)(batch * P.M * P.N) * em_dtype_size(c->dtype));
         return EM_OK;
     }
     mat_init(&P.A, a, nb);

@@ -179,8 +179,11 @@ em_status matmul(const em_kargs *k)
     if (total == 0) return EM_OK;
     size_t es = em_dtype_size(out->dtype);
     char *C = (char *)tv_of(out).p;
+    bool into = k->i[0] != 0;   /* C += A B: beta 1 */
+    if (into && (ty.c != CUDA_R_32F && ty.c != CUDA_R_64F))
+        return em__fail(EM_ERR_UNSUPPORTED, "cuda: matmul adds into f32/f64 output only, got %s", em_dtype_name(out->dtype));
     if (K == 0) {
-        EM_CU(cudaMemsetAsync(C, 0, (size_t)total * es, s));
+        if (!into) EM_CU(cudaMemsetAsync(C, 0, (size_t)total * es, s));
         return EM_OK;
     }
     Scratch pa, pb;
@@ -224,7 +227,8 @@ em_status matmul(const em_kargs *k)
     const float one_f = 1.0f, zero_f = 0.0f;
     const double one_d = 1.0, zero_d = 0.0;
     const void *alpha = ty.dbl ? (const void *)&one_d : (const void *)&one_f;
-    const void *beta = ty.dbl ? (const void *)&zero_d : (const void *)&zero_f;
+    const void *beta = ty.dbl ? (into ? (const void *)&one_d : (const void *)&zero_d)
+                              : (into ? (const void *)&one_f : (const void *)&zero_f);
     std::lock_guard<std::mutex> lock(blas[dev].mu);
     cublasHandle_t h;
     EM_TRY(handle_of(dev, s, &h));
