@@ -131,6 +131,57 @@ static void gemm_f64(bool fma, int64_t M, int64_t N, int64_t K, const double *A,
     }
 }
 
+/* ---- transposes: dst[c * ldd + r] = src[r * lds + c], r < rows, c < cols (multiples of 16) ---- */
+
+#if defined(__AVX512F__)
+/* One 16 x 16 f32 block through registers (unpack, in-lane shuffle, two 128-bit lane shuffles). */
+static inline void transpose16_f32(float *dst, int64_t ldd, const float *src, int64_t lds)
+{
+    __m512 r[16], t[16];
+    for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_ps(src + i * lds);
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {
+        r[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
+        r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xEE);
+        r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+    }
+    for (int i = 0; i < 4; i++) {
+        t[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);
+        t[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xDD);
+        t[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);
+        t[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xDD);
+    }
+    for (int i = 0; i < 4; i++) {
+        r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
+        r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xDD);
+        r[i + 4] = _mm512_shuffle_f32x4(t[i + 4], t[i + 12], 0x88);
+        r[i + 12] = _mm512_shuffle_f32x4(t[i + 4], t[i + 12], 0xDD);
+    }
+    for (int i = 0; i < 16; i++) _mm512_storeu_ps(dst + i * ldd, r[i]);
+}
+#endif
+
+static void transpose_f32(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows, int64_t cols)
+{
+#if defined(__AVX512F__)
+    for (int64_t r = 0; r < rows; r += 16)
+        for (int64_t c = 0; c < cols; c += 16) transpose16_f32(dst + c * ldd + r, ldd, src + r * lds + c, lds);
+#else
+    for (int64_t c = 0; c < cols; c++)
+        for (int64_t r = 0; r < rows; r++) dst[c * ldd + r] = src[r * lds + c];
+#endif
+}
+
+static void transpose_f64(double *dst, int64_t ldd, const double *src, int64_t lds, int64_t rows, int64_t cols)
+{
+    for (int64_t c = 0; c < cols; c++)
+        for (int64_t r = 0; r < rows; r++) dst[c * ldd + r] = src[r * lds + c];
+}
+
 /* ---- loading and storing rows ------------------------------------------------------ */
 
 /* n elements of t from element offset off, stride st, into dst (as cdt), zeros up to np. */
@@ -277,17 +328,15 @@ static bool scratch_new(scratch *w, size_t cs, int64_t sk, int64_t d)
         int64_t D = kk->shape[3], Skb = pg->skb, Skbp = pg->skbp, Dp = pad16(D);                                  \
         em_dtype cdt = sizeof(T) == 8 ? EM_F64 : EM_F32;                                                          \
         T *K = w->k, *KT = w->kt, *V = w->v, *VT = w->vt;                                                         \
-        memset(K, 0, sizeof(T) * (size_t)(Skbp * Dp));                                                            \
-        memset(V, 0, sizeof(T) * (size_t)(Skbp * Dp));                                                            \
+        /* rows j >= Skb are zero padding (load_vec pads each row's columns) */                                  \
+        memset(K + Skb * Dp, 0, sizeof(T) * (size_t)((Skbp - Skb) * Dp));                                        \
+        memset(V + Skb * Dp, 0, sizeof(T) * (size_t)((Skbp - Skb) * Dp));                                        \
         for (int64_t j = 0; j < Skb; j++) {                                                                       \
             load_vec(K + j * Dp, cdt, kk, off4(kk, b, h, j), kk->stride[3], D, Dp);                               \
             load_vec(V + j * Dp, cdt, v, off4(v, b, h, j), v->stride[3], D, Dp);                                  \
         }                                                                                                         \
-        for (int64_t c = 0; c < Dp; c++)                                                                          \
-            for (int64_t j = 0; j < Skbp; j++) KT[c * Skbp + j] = K[j * Dp + c];                                  \
-        if (vt)                                                                                                   \
-            for (int64_t c = 0; c < Dp; c++)                                                                      \
-                for (int64_t j = 0; j < Skbp; j++) VT[c * Skbp + j] = V[j * Dp + c];                              \
+        transpose_##SFX(KT, Skbp, K, Dp, Skbp, Dp);                                                               \
+        if (vt) transpose_##SFX(VT, Skbp, V, Dp, Skbp, Dp);                                                       \
     }                                                                                                             \
                                                                                                                   \
     /* Rows i0..i0+R of pair (b, h): the queries into w->q, then P = softmax(S) (in w->s, rows of skbp) and,     \
