@@ -43,10 +43,10 @@ struct em_node {
     /* AccumulateGrad only */
     em_tensor *leaf;                 /* weak: cleared when the leaf dies         */
     em_hook_list post_hooks;         /* em_post_accumulate_hook                  */
-    bool sunk;                       /* a rule added this backward's gradient into .grad (em__grad_sink) */
     /* backward bookkeeping */
     em_tensor *grad_buf[EM_NODE_MAX_OUT];
     int deps;
+    bool sunk;                       /* this backward's gradient went into a leaf's .grad upstream (em__grad_sink) */
     uint64_t visit;
 };
 
@@ -103,6 +103,12 @@ void em__node_drop(em_node *n);                                          /* rele
  * the AccumulateGrad node then only fires its post-accumulate hooks (DDP's
  * buckets see the gradient as usual). */
 em_tensor *em__grad_sink(em_node *n, int i, em_dtype dt);
+/* The same one cast further: input i is the dtype cast (COPY) of a leaf whose
+ * .grad has dtype dt (autocast's bf16 copy of an f32 weight), the cast's only
+ * consumer is this node, and the leaf's AccumulateGrad node qualifies as above.
+ * The rule then adds its gradient, converted to dt, into that .grad; the cast
+ * node is skipped (no [N,K] gradient in the low dtype, no conversion, no add). */
+em_tensor *em__grad_sink_cast(em_node *n, int i, em_dtype dt);
 
 /* Sums g over the dims that broadcasting added or expanded, back to shape. */
 em_tensor *em__sum_to(em_tensor *g, int ndim, const int64_t *shape);

@@ -461,17 +461,40 @@ static void accumulate(em_node *n, em_tensor *g)
         ((em_post_accumulate_hook)n->post_hooks.items[i].fn)(leaf, n->post_hooks.items[i].user);
 }
 
-em_tensor *em__grad_sink(em_node *n, int i, em_dtype dt)
+/* Whether node c may take no gradient from its one remaining producer: that
+ * producer is the last edge into it, nothing is pending and no hook would see it. */
+static bool sole_producer(const em_node *c) { return c && c->deps == 1 && !c->grad_buf[0] && !c->pre_hooks[0].n; }
+
+/* The leaf .grad behind AccumulateGrad node c, for a gradient of geometry want
+ * and dtype dt, or NULL. */
+static em_tensor *sink_of(const em_node *c, const struct em_geom *want, em_dtype dt)
 {
-    em_node *c = i < n->n_in ? n->next[i].node : NULL;
-    if (!c || c->op != EM_ACCUMULATE_GRAD || !c->leaf || c->deps != 1 || c->grad_buf[0] || c->pre_hooks[0].n) return NULL;
+    if (!sole_producer(c) || c->op != EM_ACCUMULATE_GRAD || !c->leaf) return NULL;
     em_tensor *g = c->leaf->ag->grad;
-    const struct em_geom *want = &n->in[i];
     if (!g || g->dtype != dt || g->dtype != c->leaf->dtype || !em_is_contiguous(g) ||
         !em_device_eq(g->device, want->device) || g->ndim != want->ndim ||
         memcmp(g->shape, want->shape, sizeof(int64_t) * (size_t)g->ndim))
         return NULL;
-    c->sunk = true;
+    return g;
+}
+
+em_tensor *em__grad_sink(em_node *n, int i, em_dtype dt)
+{
+    em_node *c = i < n->n_in ? n->next[i].node : NULL;
+    em_tensor *g = c ? sink_of(c, &n->in[i], dt) : NULL;
+    if (g) c->sunk = true;
+    return g;
+}
+
+em_tensor *em__grad_sink_cast(em_node *n, int i, em_dtype dt)
+{
+    em_node *cast = i < n->n_in ? n->next[i].node : NULL;
+    if (!sole_producer(cast) || cast->op != EM_OP_COPY || cast->n_in != 1 || !cast->next[0].node ||
+        cast->in[0].dtype != dt || !em_device_eq(cast->in[0].device, n->in[i].device))
+        return NULL;
+    em_node *acc = cast->next[0].node;
+    em_tensor *g = sink_of(acc, &cast->in[0], dt);
+    if (g) cast->sunk = acc->sunk = true;
     return g;
 }
 
@@ -547,12 +570,22 @@ void em_backward_ex(em_tensor *root, const em_backward_opts *opts)
             break;
         }
         check_versions(n);
-        if (n->op == EM_ACCUMULATE_GRAD && n->sunk) {
-            /* the producer's rule added the gradient into .grad itself */
+        if (n->sunk) {
+            /* a rule upstream added the gradient into the leaf's .grad itself
+             * (em__grad_sink): an AccumulateGrad node only fires its hooks, a
+             * cast between them only passes readiness on */
             n->sunk = false;
-            em_tensor *leaf = n->leaf;
-            for (int i = 0; leaf && i < n->post_hooks.n; i++)
-                ((em_post_accumulate_hook)n->post_hooks.items[i].fn)(leaf, n->post_hooks.items[i].user);
+            if (n->op == EM_ACCUMULATE_GRAD) {
+                em_tensor *leaf = n->leaf;
+                for (int i = 0; leaf && i < n->post_hooks.n; i++)
+                    ((em_post_accumulate_hook)n->post_hooks.items[i].fn)(leaf, n->post_hooks.items[i].user);
+            } else {
+                for (int i = 0; i < n->n_in; i++) {
+                    em_node *c = n->next[i].node;
+                    if (c && --c->deps == 0) heap_push(&ready, c);
+                }
+                if (!retain) release_saved(n);
+            }
             continue;
         }
         em_scope_begin();

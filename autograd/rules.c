@@ -334,12 +334,17 @@ static void bw_linear(em_node *n, em_tensor *const *g, em_tensor **gin)
         gin[1] = is_transposed(x) ? em_transpose(em_matmul(em_transpose(w, 0, 1), em_transpose(g[0], 0, 1)), 0, 1)
                                   : em_matmul(g[0], w);
     if (NEEDS(2)) {
-        /* dW = g^T x, added by the GEMM (beta = 1) straight into an existing f32/f64
-         * .grad when the engine offers it: no [N,K] temporary, no separate add */
+        /* dW = g^T x, added by the GEMM (beta = 1) straight into an existing .grad
+         * when the engine offers it (no [N,K] temporary, no separate add): the
+         * weight's own f32/f64 .grad, or under autocast, where w is the bf16/f16
+         * cast of an f32 weight, that weight's f32 .grad, unrounded (torch rounds
+         * the gradient to bf16, then converts and adds it) */
         em_dtype dt = g[0]->dtype;
-        bool can_sink = w->shape[1] > 1 && (dt == EM_F32 || dt == EM_F64) && x->dtype == dt && g[0]->ndim == 2;
-        em_tensor *sink = can_sink ? em__grad_sink(n, 2, dt) : NULL;
-        if (sink) em__matmul_into(sink, em_transpose(g[0], 0, 1), x);
+        bool gemm = w->shape[1] > 1 && x->dtype == dt && g[0]->ndim == 2;
+        em_tensor *sink = NULL;
+        if (gemm && (dt == EM_F32 || dt == EM_F64)) sink = em__grad_sink(n, 2, dt);
+        else if (gemm && (dt == EM_BF16 || dt == EM_F16)) sink = em__grad_sink_cast(n, 2, EM_F32);
+        if (sink) em__matmul_into(sink, em_transpose(g[0], 0, 1), x);   /* a failure is recorded as an em_matmul's */
         else
             gin[2] = w->shape[1] > 1 ? em_matmul(em_transpose(g[0], 0, 1), x)
                                      : em_transpose(em_matmul(em_transpose(x, 0, 1), g[0]), 0, 1);

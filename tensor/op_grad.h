@@ -26,8 +26,10 @@ em_tensor *em__embedding_ex(em_tensor *weight, em_tensor *ids, int64_t padding_i
  * Returns false (error set) on bad arguments or a failed kernel. */
 bool em__embedding_backward_into(em_tensor *dw, em_tensor *dy, em_tensor *ids, int64_t padding_idx);
 /* c += a b in place (GEMM with beta = 1): c [M,N] contiguous, a [M,K], b [K,N] (any
- * GEMM-ready strides), one dtype, f32 or f64, one device. Where c holds zeros the
- * bits are em_matmul(a, b)'s (the GEMM adds its partial sums into c either way).
+ * GEMM-ready strides), one dtype, f32 or f64, one device; or a and b bf16 (f16)
+ * with an f32 c: their exact products summed in f32 and added into c, never
+ * rounded to bf16. Where c holds zeros and the dtypes agree the bits are
+ * em_matmul(a, b)'s (the GEMM adds its partial sums into c either way).
  * For autograd's gradient sink (linear's weight gradient). false (error set) on
  * bad arguments or a failed kernel. */
 bool em__matmul_into(em_tensor *c, em_tensor *a, em_tensor *b);

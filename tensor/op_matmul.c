@@ -56,12 +56,14 @@ bool em__matmul_into(em_tensor *c, em_tensor *a, em_tensor *b)
 {
     static const char op[] = "em__matmul_into";
     if (!c || !a || !b || !em__live(c, op) || !em__live(a, op) || !em__live(b, op)) return false;
+    bool half_in = c->dtype == EM_F32 && (a->dtype == EM_BF16 || a->dtype == EM_F16);   /* under autocast */
     bool ok = a->ndim == 2 && b->ndim == 2 && c->ndim == 2 && (c->dtype == EM_F32 || c->dtype == EM_F64) &&
-              a->dtype == c->dtype && b->dtype == c->dtype && em_device_eq(a->device, c->device) &&
+              (a->dtype == c->dtype || half_in) && b->dtype == a->dtype && em_device_eq(a->device, c->device) &&
               em_device_eq(b->device, c->device) && em_is_contiguous(c) && a->shape[1] == b->shape[0] &&
               c->shape[0] == a->shape[0] && c->shape[1] == b->shape[1];
     if (!ok) {
-        em__misuse(op, "expected c [M,N] += a [M,K] b [K,N], c contiguous, one f32/f64 dtype and device; got %s %s, "
+        em__misuse(op, "expected c [M,N] += a [M,K] b [K,N], c contiguous, one f32/f64 dtype (or bf16/f16 a and b "
+                   "into an f32 c) and device; got %s %s, "
                    "%s %s, %s %s", em_dtype_name(c->dtype), em__shape_str(c), em_dtype_name(a->dtype),
                    em__shape_str(a), em_dtype_name(b->dtype), em__shape_str(b));
         return false;

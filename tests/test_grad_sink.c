@@ -10,7 +10,11 @@
  *   - post-accumulate hooks fire once, after the gradient is in .grad;
  *   - linear's weight gradient goes into an f32/f64 .grad by the GEMM itself
  *     (em__matmul_into, beta = 1): with a zeroed .grad the bits are those of
- *     the dense em_matmul, otherwise .grad + g^T x, and no add op runs.
+ *     the dense em_matmul, otherwise .grad + g^T x, and no add op runs;
+ *   - under bf16 autocast that gradient goes into the f32 weight's .grad
+ *     through its cast, unrounded: within f32 rounding of the f64 product of
+ *     the bf16 operands (a bf16-rounded gradient would be off by up to 2^-9),
+ *     with no add op in the backward.
  */
 #include "check_util.h"
 #include "tensor/op_grad.h"
@@ -205,6 +209,36 @@ START_TEST(linear_weight_gradient_into_grad)
 }
 END_TEST
 
+START_TEST(autocast_weight_gradient_unrounded)
+{
+    EM_SCOPE {
+        em_tensor *x = em_randn(EM_SHAPE(40, 24), EM_F32, EM_CPU);
+        em_tensor *r = em_randn(EM_SHAPE(40, 16), EM_F32, EM_CPU);
+        em_tensor *w = em_requires_grad_(em_randn(EM_SHAPE(16, 24), EM_F32, EM_CPU), true);
+        em_set_grad(w, em_zeros(EM_SHAPE(16, 24), EM_F32, EM_CPU));
+        em_tensor *y = NULL;
+        EM_AUTOCAST_REGION(EM_BF16) { y = em_linear(x, w, NULL); }
+        ck_assert_int_eq(y->dtype, EM_BF16);
+        em_profile_reset();
+        em_profile_enable(true);
+        em_backward(em_sum(em_mul(em_to_dtype(y, EM_F32), r), 0, NULL, false));
+        em_profile_enable(false);
+        ck_assert_int_eq(profiled_calls("add"), 0);   /* nothing added the gradient afterwards */
+        /* reference: the bf16 values of g (= r) and x, multiplied in f64 */
+        em_tensor *g16 = em_to_dtype(em_to_dtype(r, EM_BF16), EM_F64), *x16 = em_to_dtype(em_to_dtype(x, EM_BF16), EM_F64);
+        em_tensor *ref = em_matmul(em_transpose(g16, 0, 1), x16);
+        double worst = 0;
+        for (int64_t i = 0; i < 16; i++)
+            for (int64_t j = 0; j < 24; j++) {
+                double a = em_get(em_grad(w), (int64_t[]){i, j}), b = em_get(ref, (int64_t[]){i, j});
+                double e = fabs(a - b) / (fabs(b) + 1e-3);
+                worst = e > worst ? e : worst;
+            }
+        ck_assert_msg(worst < 2e-6, "relative error %g: the weight gradient was rounded on its way", worst);
+    }
+}
+END_TEST
+
 START_TEST(misuse_matmul_into_bf16)
 {
     tu_expect_misuse("em__matmul_into: expected c [M,N] += a [M,K] b [K,N]");
@@ -217,7 +251,7 @@ int main(void)
 {
     Suite *s = suite_create("grad_sink");
     tu_add_tests(tu_case(s, "grad_sink", 120), sink_matches_dense_bits, sink_declined_when_it_would_change_the_result,
-                 sink_fires_post_accumulate_hooks, linear_weight_gradient_into_grad);
+                 sink_fires_post_accumulate_hooks, linear_weight_gradient_into_grad, autocast_weight_gradient_unrounded);
     tu_add_misuse_tests(tu_case(s, "misuse", 0), misuse_matmul_into_bf16);
     return tu_run_suite(s);
 }

@@ -63,6 +63,11 @@ void em__gemm_forget(void);
 bool em_cpu_gemm_bf16_fast(void);
 em_status em_cpu_gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
                            const void *b, int64_t ldb, void *c, em_dtype c_dtype, int64_t ldc);
+/* The same with an f32 C added into: C += op(A) op(B) (oneDNN's sum post-op;
+ * beta = 1 on the f32 route). Each C element gets the f32 sum of its exact
+ * products added once, no bf16 rounding in between. */
+em_status em_cpu_gemm_bf16_acc(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
+                               const void *b, int64_t ldb, float *c, int64_t ldc);
 
 
 #endif

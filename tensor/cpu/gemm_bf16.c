@@ -48,7 +48,7 @@ static void to_f32(float *dst, const void *p, int64_t rows, int64_t cols, int64_
 }
 
 static em_status via_f32(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
-                         const void *b, int64_t ldb, void *c, em_dtype cdt, int64_t ldc)
+                         const void *b, int64_t ldb, void *c, em_dtype cdt, int64_t ldc, bool acc)
 {
     /* stored shapes: A is [m,k] or, transposed, [k,m]; B is [k,n] or [n,k] */
     int64_t ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
@@ -59,7 +59,7 @@ static em_status via_f32(bool ta, bool tb, int64_t m, int64_t n, int64_t k, cons
     float *fa = buf, *fb = buf + na, *fc = direct_c ? c : buf + na + nb;
     to_f32(fa, a, ar, ac, lda);
     to_f32(fb, b, br, bc, ldb);
-    em_cpu_gemm(EM_GEMM_F32, ta, tb, m, n, k, 1.0, fa, ac, fb, bc, 0.0, fc, direct_c ? ldc : n);
+    em_cpu_gemm(EM_GEMM_F32, ta, tb, m, n, k, 1.0, fa, ac, fb, bc, acc ? 1.0 : 0.0, fc, direct_c ? ldc : n);
     if (!direct_c)
         for (int64_t r = 0; r < m; r++) em__convert_n((uint16_t *)c + r * ldc, EM_BF16, fc + r * n, EM_F32, n);
     em__free(buf);
@@ -88,7 +88,7 @@ static void init(void)
 
 typedef struct prim_entry {
     bool used, usable;            /* usable: a non-reference primitive was built */
-    bool ta, tb;
+    bool ta, tb, acc;             /* acc: C += (a sum post-op), f32 C only */
     em_dtype cdt;
     int64_t m, n, k, lda, ldb, ldc;
     dnnl_primitive_t prim;
@@ -121,12 +121,24 @@ static void entry_build(prim_entry *e)
     dnnl_memory_desc_t amd, bmd, cmd;
     dnnl_matmul_desc_t md;
     dnnl_primitive_desc_t pd = NULL;
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_post_ops_t po = NULL;
     dnnl_data_type_t cty = e->cdt == EM_BF16 ? dnnl_bf16 : dnnl_f32;
+    if (e->acc && (dnnl_primitive_attr_create(&attr) != dnnl_success || dnnl_post_ops_create(&po) != dnnl_success ||
+                   dnnl_post_ops_append_sum(po, 1.0f) != dnnl_success ||
+                   dnnl_primitive_attr_set_post_ops(attr, po) != dnnl_success)) {
+        if (po) dnnl_post_ops_destroy(po);
+        if (attr) dnnl_primitive_attr_destroy(attr);
+        e->usable = false;
+        return;
+    }
     bool ok = dnnl_memory_desc_init_by_strides(&amd, 2, ad, dnnl_bf16, as) == dnnl_success &&
               dnnl_memory_desc_init_by_strides(&bmd, 2, bd, dnnl_bf16, bs) == dnnl_success &&
               dnnl_memory_desc_init_by_strides(&cmd, 2, cd, cty, cs) == dnnl_success &&
               dnnl_matmul_desc_init(&md, &amd, &bmd, NULL, &cmd) == dnnl_success &&
-              dnnl_primitive_desc_create(&pd, &md, NULL, engine, NULL) == dnnl_success;
+              dnnl_primitive_desc_create(&pd, &md, attr, engine, NULL) == dnnl_success;
+    if (po) dnnl_post_ops_destroy(po);
+    if (attr) dnnl_primitive_attr_destroy(attr);
     if (ok) {
         const char *impl = NULL;
         ok = dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success && impl &&
@@ -147,17 +159,17 @@ static void entry_build(prim_entry *e)
 }
 
 static prim_entry *lookup(bool ta, bool tb, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb,
-                          int64_t ldc, em_dtype cdt)
+                          int64_t ldc, em_dtype cdt, bool acc)
 {
     for (int i = 0; i < CACHE_SLOTS; i++) {
         prim_entry *e = &cache[i];
         if (e->used && e->m == m && e->n == n && e->k == k && e->lda == lda && e->ldb == ldb && e->ldc == ldc &&
-            e->ta == ta && e->tb == tb && e->cdt == cdt)
+            e->ta == ta && e->tb == tb && e->cdt == cdt && e->acc == acc)
             return e;
     }
     prim_entry *e = &cache[victim++ % CACHE_SLOTS];
     entry_clear(e);
-    *e = (prim_entry){.used = true, .ta = ta, .tb = tb, .cdt = cdt, .m = m, .n = n, .k = k,
+    *e = (prim_entry){.used = true, .ta = ta, .tb = tb, .acc = acc, .cdt = cdt, .m = m, .n = n, .k = k,
                       .lda = lda, .ldb = ldb, .ldc = ldc};
     entry_build(e);
     return e;
@@ -169,10 +181,10 @@ bool em_cpu_gemm_bf16_fast(void)
     return engine && fast;
 }
 
-em_status em_cpu_gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
-                           const void *b, int64_t ldb, void *c, em_dtype c_dtype, int64_t ldc)
+static em_status gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
+                           const void *b, int64_t ldb, void *c, em_dtype c_dtype, int64_t ldc, bool acc)
 {
-    if (m <= 0 || n <= 0) return EM_OK;
+    if (m <= 0 || n <= 0 || (acc && k <= 0)) return EM_OK;
     if (k <= 0) {   /* an empty sum: zeros (all-zero bits in bf16 and f32) */
         for (int64_t r = 0; r < m; r++) memset((char *)c + (size_t)(r * ldc) * em_dtype_size(c_dtype), 0,
                                                (size_t)n * em_dtype_size(c_dtype));
@@ -181,7 +193,7 @@ em_status em_cpu_gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int
     pthread_once(&once, init);
     if (engine && !stream && dnnl_stream_create(&stream, engine, dnnl_stream_default_flags) != dnnl_success)
         stream = NULL;
-    prim_entry *e = engine && stream ? lookup(trans_a, trans_b, m, n, k, lda, ldb, ldc, c_dtype) : NULL;
+    prim_entry *e = engine && stream ? lookup(trans_a, trans_b, m, n, k, lda, ldb, ldc, c_dtype, acc) : NULL;
     if (e && e->usable) {
         dnnl_memory_set_data_handle(e->src, (void *)a);
         dnnl_memory_set_data_handle(e->wei, (void *)b);
@@ -191,18 +203,30 @@ em_status em_cpu_gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int
             dnnl_stream_wait(stream) == dnnl_success)
             return EM_OK;
     }
-    return via_f32(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, c_dtype, ldc);
+    return via_f32(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, c_dtype, ldc, acc);
 }
 
 #else /* no oneDNN: always the f32 route */
 
 bool em_cpu_gemm_bf16_fast(void) { return false; }
 
-em_status em_cpu_gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
-                           const void *b, int64_t ldb, void *c, em_dtype c_dtype, int64_t ldc)
+static em_status gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
+                           const void *b, int64_t ldb, void *c, em_dtype c_dtype, int64_t ldc, bool acc)
 {
     if (m <= 0 || n <= 0) return EM_OK;
-    return via_f32(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, c_dtype, ldc);
+    return via_f32(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, c_dtype, ldc, acc);
 }
 
 #endif
+
+em_status em_cpu_gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
+                           const void *b, int64_t ldb, void *c, em_dtype c_dtype, int64_t ldc)
+{
+    return gemm_bf16(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, c_dtype, ldc, false);
+}
+
+em_status em_cpu_gemm_bf16_acc(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
+                               const void *b, int64_t ldb, float *c, int64_t ldc)
+{
+    return gemm_bf16(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, EM_F32, ldc, true);
+}

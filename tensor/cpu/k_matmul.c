@@ -183,9 +183,24 @@ static em_status run_one(const plan *P, int64_t bi, char *scratch)
     return EM_OK;
 }
 
+/* MATMUL i[0] with bf16 A and B into an f32 C (a weight gradient into its f32
+ * .grad under autocast): one bf16 GEMM adding into C. */
+static int matmul_bf16_into_f32(em_tensor *a, em_tensor *b, em_tensor *c)
+{
+    int64_t M = c->shape[0], N = c->shape[1], K = a->shape[1];
+    bool ta, tb;
+    int64_t lda, ldb;
+    if (c->ndim != 2 || !em_is_contiguous(c) || !gemm_layout(M, K, a->stride[0], a->stride[1], &ta, &lda) ||
+        !gemm_layout(K, N, b->stride[0], b->stride[1], &tb, &ldb))
+        return em__fail(EM_ERR_UNSUPPORTED, "cpu: matmul into f32 from bf16 takes 2-d GEMM-ready operands");
+    if (M == 0 || N == 0 || K == 0) return EM_OK;
+    return em_cpu_gemm_bf16_acc(ta, tb, M, N, K, em_data_ptr(a), lda, em_data_ptr(b), ldb, em_data_ptr(c), N);
+}
+
 int em_cpu_MATMUL(const em_kargs *k)
 {
     em_tensor *a = k->in[0], *b = k->in[1], *c = k->out[0];
+    if (k->i[0] && a->dtype == EM_BF16 && b->dtype == EM_BF16 && c->dtype == EM_F32) return matmul_bf16_into_f32(a, b, c);
     int nd = c->ndim, nb = nd - 2;
     plan P = {.c = em_data_ptr(c), .odt = c->dtype, .cdt = compute_dtype(c->dtype), .nb = nb,
               .bshape = c->shape, .M = c->shape[nd - 2], .N = c->shape[nd - 1], .K = a->shape[nd - 1],

@@ -170,17 +170,21 @@ em_status matmul(const em_kargs *k)
     EM_TRY(begin(dev, &s));
     em_tensor *out = k->out[0];
     Types ty;
-    if (!types_of(out->dtype, &ty) || k->in[0]->dtype != out->dtype || k->in[1]->dtype != out->dtype)
+    /* i[0] with bf16/f16 operands into an f32 C (a weight gradient under autocast) */
+    bool mixed = k->i[0] && out->dtype == EM_F32 && k->in[0]->dtype == k->in[1]->dtype &&
+                 (k->in[0]->dtype == EM_BF16 || k->in[0]->dtype == EM_F16);
+    if (mixed && types_of(k->in[0]->dtype, &ty)) ty.c = CUDA_R_32F;
+    else if (!types_of(out->dtype, &ty) || k->in[0]->dtype != out->dtype || k->in[1]->dtype != out->dtype)
         return em__fail(EM_ERR_UNSUPPORTED, "cuda: matmul does not take %s x %s -> %s", em_dtype_name(k->in[0]->dtype),
                         em_dtype_name(k->in[1]->dtype), em_dtype_name(out->dtype));
     const int nd = out->ndim, nb = nd - 2;
     const int64_t M = out->shape[nd - 2], N = out->shape[nd - 1], K = k->in[0]->shape[nd - 1];
     int64_t total = em_numel(out);
     if (total == 0) return EM_OK;
-    size_t es = em_dtype_size(out->dtype);
+    size_t es = em_dtype_size(out->dtype), ies = em_dtype_size(k->in[0]->dtype);   /* C's and A/B's element sizes */
     char *C = (char *)tv_of(out).p;
     bool into = k->i[0] != 0;   /* C += A B: beta 1 */
-    if (into && (ty.c != CUDA_R_32F && ty.c != CUDA_R_64F))
+    if (into && ((ty.c != CUDA_R_32F && ty.c != CUDA_R_64F) || !em_is_contiguous(out)))
         return em__fail(EM_ERR_UNSUPPORTED, "cuda: matmul adds into f32/f64 output only, got %s", em_dtype_name(out->dtype));
     if (K == 0) {
         if (!into) EM_CU(cudaMemsetAsync(C, 0, (size_t)total * es, s));
@@ -242,8 +246,8 @@ em_status matmul(const em_kargs *k)
             oc += j * sc[i];
         }
         EM_BLAS(cublasGemmStridedBatchedEx_64(h, B.trans ? CUBLAS_OP_T : CUBLAS_OP_N, A.trans ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                              N, m, K, alpha, B.p + ob * (int64_t)es, ty.ab, B.ld, strideB,
-                                              A.p + oa * (int64_t)es, ty.ab, A.ld, strideA, beta, C + oc * (int64_t)es,
+                                              N, m, K, alpha, B.p + ob * (int64_t)ies, ty.ab, B.ld, strideB,
+                                              A.p + oa * (int64_t)ies, ty.ab, A.ld, strideA, beta, C + oc * (int64_t)es,
                                               ty.c, N, strideC, batch, ty.compute, CUBLAS_GEMM_DEFAULT));
     }
     return EM_OK;
