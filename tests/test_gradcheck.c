@@ -11,6 +11,7 @@
 #include "check_util.h"
 #include "autograd/autograd_internal.h"
 #include "tensor/op_grad.h"
+#include "tensor/cpu/k_sdpa.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -706,8 +707,11 @@ START_TEST(sdpa_fused_cpu_matches_composed_with_dropout)
             ck_assert(bytes_equal(em_select(pq, 0, 0), em_select(fused, 0, 0)));
             /* bf16: within bf16 rounding of the f32 result */
             if (dt == EM_F32) {
+                /* the f32-math kernel (k_sdpa.c) for bf16 inputs, the dot kernels off */
+                bool dot_was = em__sdpa_amx_set(false);
                 em_tensor *h = em__sdpa(em_to_dtype(xq, EM_BF16), em_to_dtype(xk, EM_BF16), em_to_dtype(xv, EM_BF16),
                                         lens, 0.25, 42, 1000, false);
+                em__sdpa_amx_set(dot_was);
                 em_tensor *hr = em__sdpa(em_to_dtype(em_to_dtype(xq, EM_BF16), EM_F32),
                                          em_to_dtype(em_to_dtype(xk, EM_BF16), EM_F32),
                                          em_to_dtype(em_to_dtype(xv, EM_BF16), EM_F32), lens, 0.25, 42, 1000, false);
@@ -716,8 +720,67 @@ START_TEST(sdpa_fused_cpu_matches_composed_with_dropout)
                  * kernel's small GEMMs (f32 inputs do not), and on these inputs that one
                  * rounding to bf16 still lands on the f32 path's bits */
                 ck_assert(bytes_equal(h, em_to_dtype(hr, EM_BF16)));
+                /* the AMX kernels (k_sdpa_amx.c, where the target and kernel allow): P and
+                 * dS rounded to bf16 before their products, as the composed bf16 path
+                 * does, so within a few bf16 roundings (2^-8 each) of the f32 result */
+                em_tensor *bq = em_requires_grad_(em_to_dtype(em_detach(xq), EM_BF16), true);
+                em_tensor *bk = em_requires_grad_(em_to_dtype(em_detach(xk), EM_BF16), true);
+                em_tensor *bv = em_requires_grad_(em_to_dtype(em_detach(xv), EM_BF16), true);
+                em_tensor *fq = em_requires_grad_(em_to_dtype(em_detach(bq), EM_F32), true);
+                em_tensor *fk = em_requires_grad_(em_to_dtype(em_detach(bk), EM_F32), true);
+                em_tensor *fv = em_requires_grad_(em_to_dtype(em_detach(bv), EM_F32), true);
+                em_tensor *hd = em__sdpa(bq, bk, bv, lens, 0.25, 42, 1000, false);
+                em_tensor *hf = em__sdpa(fq, fk, fv, lens, 0.25, 42, 1000, false);
+                double he = max_rel_err(hd, hf);
+                ck_assert_msg(he <= 8e-3, "bf16 fused forward vs f32: %g", he);
+                em_tensor *wb = em_to_dtype(w, EM_BF16);
+                em_backward(em_sum(em_mul(hd, wb), 0, NULL, false));
+                em_backward(em_sum(em_mul(hf, em_to_dtype(wb, EM_F32)), 0, NULL, false));
+                em_tensor *bx[3] = {bq, bk, bv}, *fx[3] = {fq, fk, fv};
+                for (int i = 0; i < 3; i++) {
+                    double ge = max_rel_err(em_grad(bx[i]), em_grad(fx[i]));
+                    ck_assert_msg(ge <= 8e-3, "bf16 fused d%s vs f32: %g", names[i], ge);
+                }
             }
         }
+}
+END_TEST
+
+/* The bf16 AMX kernels against the f32-math kernel on the same bf16 inputs, on
+ * shapes that exercise their padding: two query blocks, the second of odd
+ * length (7, padded to 32); 40 keys (64 padded); head dim 40 (64 padded); a
+ * key padding of 29 in batch 1; dropout. Where AMX is not available both
+ * paths are the f32-math kernel and the check is trivially met (the case
+ * above then says which ran). */
+START_TEST(sdpa_bf16_amx_matches_f32_math)
+{
+    EM_SCOPE {
+        int64_t Bn = 2, Hn = 2, Sq = 71, Sk = 40, Dn = 40;
+        em_tensor *lens = em_from_data((const int32_t[]){40, 29}, EM_SHAPE(2), EM_I32);
+        em_tensor *x[3], *y[3], *out[2];
+        for (int i = 0; i < 3; i++) {
+            em_tensor *r = em_detach(em_to_dtype(R(EM_SHAPE(Bn, Hn, i ? Sk : Sq, Dn), -2, 2), EM_BF16));
+            y[i] = em_requires_grad_(em_clone(r), true);
+            x[i] = em_requires_grad_(r, true);
+        }
+        em_tensor *w = em_to_dtype(R(EM_SHAPE(Bn, Hn, Sq, Dn), -1, 1), EM_BF16);
+        for (int path = 0; path < 2; path++) {
+            bool was = em__sdpa_amx_set(path == 0);
+            em_tensor **v = path ? y : x;
+            out[path] = em__sdpa(v[0], v[1], v[2], lens, 0.15, 7, 99, false);
+            em_backward(em_sum(em_mul(out[path], w), 0, NULL, false));
+            em__sdpa_amx_set(was);
+        }
+        double e = max_rel_err(out[0], out[1]);
+        ck_assert_msg(e <= 8e-3, "forward: amx vs f32-math %g", e);
+        for (int i = 0; i < 3; i++) {
+            double ge = max_rel_err(em_grad(x[i]), em_grad(y[i]));
+            ck_assert_msg(ge <= 8e-3, "gradient %d: amx vs f32-math %g", i, ge);
+        }
+        /* padded keys of batch 1 get no gradient on either path */
+        for (int64_t j = 29; j < Sk; j++)
+            ck_assert_double_eq(em_get(em_grad(x[1]), (int64_t[]){1, 1, j, 3}), 0.0);
+    }
 }
 END_TEST
 
@@ -727,6 +790,7 @@ int main(void)
     TCase *tc = tcase_create("ops");
     tcase_add_loop_test(tc, gradcheck_every_op, 0, EM_NUM_OPS);
     tcase_add_test(tc, maximum_ties_split_half);
+    tcase_add_test(tc, sdpa_bf16_amx_matches_f32_math);
     tcase_add_test(tc, defaults_and_f64_only);
     tcase_add_test(tc, embedding_padding_rows_get_no_gradient);
     tcase_add_test(tc, same_graph_twice_gives_identical_gradients);

@@ -27,29 +27,9 @@
  * differentiates (tests/test_gradcheck.c): the same code as the f32 one, with
  * a plain-loop GEMM.
  */
-#include "tensor/cpu/cpu.h"
+#include "tensor/cpu/k_sdpa.h"
 #include "tensor/cpu/k_nn_rows.h"
 #include "tensor/cpu/vmath.h"
-
-#include <float.h>
-#include <math.h>
-#include <stdint.h>
-#include <string.h>
-
-enum { QB = 64 };   /* query rows per block */
-
-static int64_t pad16(int64_t n) { return (n + 15) & ~(int64_t)15; }
-
-/* torch.finfo(dt).min, as op_grad.c's composed path fills masked scores. */
-static double lowest(em_dtype dt)
-{
-    switch (dt) {
-    case EM_F64: return -DBL_MAX;
-    case EM_F16: return -65504.0;
-    case EM_BF16: return -3.3895313892515355e38;
-    default: return -FLT_MAX;
-    }
-}
 
 /* ---- small GEMMs: C[M,N] (+)= A[M,K] B[K,N], N a multiple of 16 -------------------------
  * B and C row-major (ldb, ldc); A(i, k) at A[i * ai + k * ak], so that A may be a
@@ -131,57 +111,6 @@ static void gemm_f64(bool fma, int64_t M, int64_t N, int64_t K, const double *A,
     }
 }
 
-/* ---- transposes: dst[c * ldd + r] = src[r * lds + c], r < rows, c < cols (multiples of 16) ---- */
-
-#if defined(__AVX512F__)
-/* One 16 x 16 f32 block through registers (unpack, in-lane shuffle, two 128-bit lane shuffles). */
-static inline void transpose16_f32(float *dst, int64_t ldd, const float *src, int64_t lds)
-{
-    __m512 r[16], t[16];
-    for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_ps(src + i * lds);
-    for (int i = 0; i < 16; i += 2) {
-        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-    }
-    for (int i = 0; i < 16; i += 4) {
-        r[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
-        r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xEE);
-        r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
-        r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
-    }
-    for (int i = 0; i < 4; i++) {
-        t[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);
-        t[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xDD);
-        t[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);
-        t[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xDD);
-    }
-    for (int i = 0; i < 4; i++) {
-        r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
-        r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xDD);
-        r[i + 4] = _mm512_shuffle_f32x4(t[i + 4], t[i + 12], 0x88);
-        r[i + 12] = _mm512_shuffle_f32x4(t[i + 4], t[i + 12], 0xDD);
-    }
-    for (int i = 0; i < 16; i++) _mm512_storeu_ps(dst + i * ldd, r[i]);
-}
-#endif
-
-static void transpose_f32(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows, int64_t cols)
-{
-#if defined(__AVX512F__)
-    for (int64_t r = 0; r < rows; r += 16)
-        for (int64_t c = 0; c < cols; c += 16) transpose16_f32(dst + c * ldd + r, ldd, src + r * lds + c, lds);
-#else
-    for (int64_t c = 0; c < cols; c++)
-        for (int64_t r = 0; r < rows; r++) dst[c * ldd + r] = src[r * lds + c];
-#endif
-}
-
-static void transpose_f64(double *dst, int64_t ldd, const double *src, int64_t lds, int64_t rows, int64_t cols)
-{
-    for (int64_t c = 0; c < cols; c++)
-        for (int64_t r = 0; r < rows; r++) dst[c * ldd + r] = src[r * lds + c];
-}
-
 /* ---- loading and storing rows ------------------------------------------------------ */
 
 /* n elements of t from element offset off, stride st, into dst (as cdt), zeros up to np. */
@@ -200,89 +129,6 @@ static void load_vec(void *dst, em_dtype cdt, const em_tensor *t, int64_t off, i
         for (int64_t i = 0; i < n; i++)
             em__store((char *)dst + (size_t)i * cs, cdt, em__load(base + (size_t)(off + i * st) * es, t->dtype));
     memset((char *)dst + (size_t)n * cs, 0, (size_t)(np - n) * cs);
-}
-
-/* n elements at element offset off of the contiguous t from src (cdt). */
-static void store_vec(em_tensor *t, int64_t off, const void *src, em_dtype cdt, int64_t n)
-{
-    em__convert_n((char *)t->storage->data + (size_t)off * em_dtype_size(t->dtype), t->dtype, src, cdt, n);
-}
-
-/* R rows of D elements (src stride pad16(D)) to the contiguous t from element offset off */
-static void store_rows(em_tensor *t, int64_t off, const void *src, em_dtype cdt, int64_t R, int64_t D)
-{
-    size_t cs = em_dtype_size(cdt);
-    if (D == pad16(D)) store_vec(t, off, src, cdt, R * D);   /* one run */
-    else
-        for (int64_t r = 0; r < R; r++) store_vec(t, off + r * D, (const char *)src + (size_t)(r * pad16(D)) * cs, cdt, D);
-}
-
-/* n elements of the contiguous t from element offset off set to 0 */
-static void zero_rows(em_tensor *t, int64_t off, int64_t n)
-{
-    if (n > 0) memset((char *)t->storage->data + (size_t)off * em_dtype_size(t->dtype), 0, (size_t)n * em_dtype_size(t->dtype));
-}
-
-static int64_t off4(const em_tensor *t, int64_t b, int64_t h, int64_t s)
-{
-    return t->offset + b * t->stride[0] + h * t->stride[1] + s * t->stride[2];
-}
-
-static int64_t key_len(const em_tensor *lens, int64_t b, int64_t sk)
-{
-    if (!lens) return sk;
-    const char *lp = (const char *)lens->storage->data;
-    int64_t len = (int64_t)em__load(lp + (size_t)(lens->offset + b * lens->stride[0]) * em_dtype_size(lens->dtype),
-                                    lens->dtype);
-    return len < 0 ? 0 : len > sk ? sk : len;
-}
-
-/* ---- dropout -------------------------------------------------------------------------- */
-
-typedef struct drop {
-    double p;
-    uint64_t seed, offset;
-    uint32_t thr;
-} drop;
-
-static drop drop_of(double p, uint64_t seed, uint64_t offset)
-{
-    return (drop){.p = p, .seed = seed, .offset = offset, .thr = (uint32_t)ceil(p * 16777216.0)};
-}
-
-/* keep[r * pad16(skb) + j], j < skb, for the weights of the global rows r0 .. r0 + R
- * (rows of sk; contiguous in the [B,H,Sq,Sk] order, so one run of Philox counters),
- * 0 for the padding columns; bits: scratch of ((R sk + 3) / 4 + 16) * 4 */
-static void keep_block(const drop *dr, int64_t r0, int64_t R, int64_t sk, int64_t skb, uint32_t *bits, uint8_t *keep)
-{
-    int64_t skbp = pad16(skb);
-    uint64_t e0 = (uint64_t)r0 * (uint64_t)sk, first = dr->offset + e0 / 4;
-    int64_t lane0 = (int64_t)(e0 % 4), nblocks = (lane0 + (R - 1) * sk + skb + 3) / 4;
-    for (int64_t b = 0; b < nblocks; b += 16)
-        em__philox_batch16(dr->seed, first + (uint64_t)b, (uint32_t(*)[4])(bits + 4 * b));
-    for (int64_t r = 0; r < R; r++) {
-        const uint32_t *br = bits + lane0 + r * sk;
-        uint8_t *kr = keep + r * skbp;
-#pragma omp simd
-        for (int64_t j = 0; j < skb; j++) kr[j] = (br[j] >> 8) >= dr->thr;
-        memset(kr + skb, 0, (size_t)(skbp - skb));
-    }
-}
-
-/* What one (b, h) pair computes: keys j < skb (the key length, or every key when it
- * is 0: HF's uniform weights over masked keys), queries i < sqb (the key length too
- * when the op's i[2] says queries past it are padding). */
-typedef struct pair_geom {
-    int64_t sk, skb, skbp, sq, sqb, len;
-} pair_geom;
-
-static pair_geom geom_of(const em_tensor *lens, int64_t b, int64_t sq, int64_t sk, bool pad_queries)
-{
-    pair_geom g = {.sk = sk, .sq = sq, .len = key_len(lens, b, sk)};
-    g.skb = g.len > 0 ? g.len : sk;
-    g.skbp = pad16(g.skb);
-    g.sqb = pad_queries && g.len > 0 && g.len < sq ? g.len : sq;
-    return g;
 }
 
 /* ---- per-thread scratch ---------------------------------------------------------------- */
@@ -345,27 +191,14 @@ static bool scratch_new(scratch *w, size_t cs, int64_t sk, int64_t d)
                               int64_t b, int64_t h, int64_t i0, int64_t R, float *lse)                            \
     {                                                                                                             \
         int64_t H = q->shape[1], Sq = q->shape[2], D = q->shape[3], Dp = pad16(D);                               \
-        int64_t Skb = pg->skb, Skbp = pg->skbp, len = pg->len;                                                    \
+        int64_t Skb = pg->skb, Skbp = pg->skbp;                                                                   \
         em_dtype cdt = sizeof(T) == 8 ? EM_F64 : EM_F32;                                                          \
         T *Qb = w->q, *S = w->s;                                                                                  \
         for (int64_t r = 0; r < R; r++) load_vec(Qb + r * Dp, cdt, q, off4(q, b, h, i0 + r), q->stride[3], D, Dp); \
         gemm_##SFX(w->fma, R, Skbp, Dp, Qb, Dp, 1, (const T *)w->kt, Skbp, S, Skbp, false);                               \
         if (dr->p > 0) keep_block(dr, (b * H + h) * Sq + i0, R, pg->sk, Skb, w->bits, w->keep);                   \
         T scale = (T)scale_d, low = (T)lowest(q->dtype);                                                          \
-        for (int64_t r = 0; r < R; r++) {                                                                         \
-            /* whole vectors: the padding columns j >= skb hold -inf, so exp gives them 0 */                      \
-            T *s = S + r * Skbp, mx = -INFINITY, sum = 0;                                                         \
-            _Pragma("omp simd") for (int64_t j = 0; j < Skbp; j++) s[j] =                                         \
-                j < len ? s[j] * scale : j < Skb ? low : (T)-INFINITY;                                            \
-            _Pragma("omp simd reduction(max : mx)") for (int64_t j = 0; j < Skbp; j++) mx = s[j] > mx ? s[j] : mx; \
-            _Pragma("omp simd reduction(+ : sum)") for (int64_t j = 0; j < Skbp; j++) {                           \
-                s[j] = EXP(s[j] - mx);                                                                            \
-                sum += s[j];                                                                                      \
-            }                                                                                                     \
-            T inv = (T)1 / sum;                                                                                   \
-            _Pragma("omp simd") for (int64_t j = 0; j < Skbp; j++) s[j] *= inv;                                   \
-            if (lse) lse[r] = (float)(mx + LOG(sum));                                                             \
-        }                                                                                                         \
+        EM__SDPA_SOFTMAX_ROWS(T, EXP, LOG, S, R, pg, scale, low, lse)                                             \
     }                                                                                                             \
                                                                                                                   \
     /* dst = dropout(src) with the keep flags of weights_* (R rows of n) */                                       \
@@ -455,20 +288,25 @@ int em_cpu_SDPA(const em_kargs *k)
     int64_t B = q->shape[0], H = q->shape[1], Sq = q->shape[2], D = q->shape[3], Sk = kk->shape[2];
     if (B * H * Sq == 0 || D == 0) return EM_OK;   /* nothing to write (Sk = 0 is refused by the op) */
     drop dr = drop_of(k->f[1], (uint64_t)k->i[0], (uint64_t)k->i[1]);
-    bool dbl = q->dtype == EM_F64;
+    bool dbl = q->dtype == EM_F64, amx = em__sdpa_amx_ok(q);   /* bf16 on AMX: k_sdpa_amx.c */
     size_t cs = dbl ? sizeof(double) : sizeof(float);
     int failed = 0;
 #pragma omp parallel num_threads(threads_for(B * H * Sq * Sk * D, B * H)) reduction(| : failed)
     {
         scratch w = {.sk = Sk, .fma = q->dtype == EM_BF16 || q->dtype == EM_F16};
-        if (!scratch_new(&w, cs, Sk, D)) failed = 1;
+        char *ws = amx ? em__malloc(em__sdpa_amx_scratch(Sk, D)) : NULL;
+        if (amx ? !ws : !scratch_new(&w, cs, Sk, D)) failed = 1;
+        if (amx) em__sdpa_amx_begin();
 #pragma omp for schedule(static)
         for (int64_t bh = 0; bh < B * H; bh++) {
             if (failed) continue;
-            if (dbl) forward_pair_f64(k, &dr, &w, bh / H, bh % H);
+            if (amx) em__sdpa_amx_forward(k, &dr, ws, bh / H, bh % H);
+            else if (dbl) forward_pair_f64(k, &dr, &w, bh / H, bh % H);
             else forward_pair_f32(k, &dr, &w, bh / H, bh % H);
         }
+        if (amx) em__sdpa_amx_end();
         em__free(w.block);
+        em__free(ws);
     }
     return failed ? EM_ERR_OOM : EM_OK;
 }
@@ -488,7 +326,7 @@ int em_cpu_SDPA_BWD(const em_kargs *ka)
         return EM_ERR_UNSUPPORTED;
     if (B * H == 0 || D == 0 || Sk == 0) return EM_ERR_UNSUPPORTED;
     drop dr = drop_of(dropout_p, seed, offset);
-    bool dbl = q->dtype == EM_F64;
+    bool dbl = q->dtype == EM_F64, amx = em__sdpa_amx_ok(q);   /* bf16 on AMX: k_sdpa_amx.c */
     size_t cs = dbl ? sizeof(double) : sizeof(float);
     em_tensor *t[8] = {dq, dk, dv, q, k, v, lens, dout};
     pad_queries = pad_queries && lens;
@@ -496,14 +334,19 @@ int em_cpu_SDPA_BWD(const em_kargs *ka)
 #pragma omp parallel num_threads(threads_for(B * H * (Sq + 1) * Sk * D, B * H)) reduction(| : failed)
     {
         scratch w = {.sk = Sk, .fma = q->dtype == EM_BF16 || q->dtype == EM_F16};
-        if (!scratch_new(&w, cs, Sk, D)) failed = 1;
+        char *ws = amx ? em__malloc(em__sdpa_amx_scratch(Sk, D)) : NULL;
+        if (amx ? !ws : !scratch_new(&w, cs, Sk, D)) failed = 1;
+        if (amx) em__sdpa_amx_begin();
 #pragma omp for schedule(static)
         for (int64_t bh = 0; bh < B * H; bh++) {
             if (failed) continue;
-            if (dbl) backward_pair_f64(t, scale, pad_queries, &dr, &w, bh / H, bh % H);
+            if (amx) em__sdpa_amx_backward(t, scale, pad_queries, &dr, ws, bh / H, bh % H);
+            else if (dbl) backward_pair_f64(t, scale, pad_queries, &dr, &w, bh / H, bh % H);
             else backward_pair_f32(t, scale, pad_queries, &dr, &w, bh / H, bh % H);
         }
+        if (amx) em__sdpa_amx_end();
         em__free(w.block);
+        em__free(ws);
     }
     return failed ? em__fail(EM_ERR_OOM, "sdpa backward: out of memory for scratch") : EM_OK;
 }

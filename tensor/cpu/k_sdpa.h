@@ -1,0 +1,215 @@
+/* ember — what the CPU's fused attention kernels share (k_sdpa.c: f32/f64 and
+ * the f32-math path for f16/bf16; k_sdpa_amx.c: bf16 products on AMX tiles):
+ * the pair geometry, the key lengths, the dropout mask of a block of weights,
+ * row stores, the f32 transpose and the softmax of a block of scores. Small
+ * static inline helpers; the contracts are k_sdpa.c's file comment. */
+#ifndef EMBER_CPU_K_SDPA_H
+#define EMBER_CPU_K_SDPA_H
+
+#include "tensor/cpu/cpu.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+enum { QB = 64 };   /* query rows per block */
+
+static inline int64_t pad16(int64_t n) { return (n + 15) & ~(int64_t)15; }
+
+/* torch.finfo(dt).min, as op_grad.c's composed path fills masked scores. */
+static inline double lowest(em_dtype dt)
+{
+    switch (dt) {
+    case EM_F64: return -DBL_MAX;
+    case EM_F16: return -65504.0;
+    case EM_BF16: return -3.3895313892515355e38;
+    default: return -FLT_MAX;
+    }
+}
+
+/* ---- transposes: dst[c * ldd + r] = src[r * lds + c], r < rows, c < cols (multiples of 16) ---- */
+
+#if defined(__AVX512F__)
+/* One 16 x 16 f32 block through registers (unpack, in-lane shuffle, two 128-bit lane shuffles). */
+static inline void transpose16_f32(float *dst, int64_t ldd, const float *src, int64_t lds)
+{
+    __m512 r[16], t[16];
+    for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_ps(src + i * lds);
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {
+        r[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
+        r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xEE);
+        r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+    }
+    for (int i = 0; i < 4; i++) {
+        t[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);
+        t[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xDD);
+        t[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);
+        t[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xDD);
+    }
+    for (int i = 0; i < 4; i++) {
+        r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
+        r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xDD);
+        r[i + 4] = _mm512_shuffle_f32x4(t[i + 4], t[i + 12], 0x88);
+        r[i + 12] = _mm512_shuffle_f32x4(t[i + 4], t[i + 12], 0xDD);
+    }
+    for (int i = 0; i < 16; i++) _mm512_storeu_ps(dst + i * ldd, r[i]);
+}
+#endif
+
+static inline void transpose_f32(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows, int64_t cols)
+{
+#if defined(__AVX512F__)
+    for (int64_t r = 0; r < rows; r += 16)
+        for (int64_t c = 0; c < cols; c += 16) transpose16_f32(dst + c * ldd + r, ldd, src + r * lds + c, lds);
+#else
+    for (int64_t c = 0; c < cols; c++)
+        for (int64_t r = 0; r < rows; r++) dst[c * ldd + r] = src[r * lds + c];
+#endif
+}
+
+static inline void transpose_f64(double *dst, int64_t ldd, const double *src, int64_t lds, int64_t rows, int64_t cols)
+{
+    for (int64_t c = 0; c < cols; c++)
+        for (int64_t r = 0; r < rows; r++) dst[c * ldd + r] = src[r * lds + c];
+}
+
+/* ---- rows of the outputs -------------------------------------------------------------- */
+
+/* R rows of D f32 values (src row stride ld) to the contiguous t from element offset off */
+static inline void store_rows32(em_tensor *t, int64_t off, const float *src, int64_t R, int64_t D, int64_t ld)
+{
+    size_t es = em_dtype_size(t->dtype);
+    char *dst = (char *)t->storage->data + (size_t)off * es;
+    if (D == ld) em__convert_n(dst, t->dtype, src, EM_F32, R * D);
+    else
+        for (int64_t r = 0; r < R; r++) em__convert_n(dst + (size_t)(r * D) * es, t->dtype, src + r * ld, EM_F32, D);
+}
+
+/* n elements at element offset off of the contiguous t from src (cdt). */
+static inline void store_vec(em_tensor *t, int64_t off, const void *src, em_dtype cdt, int64_t n)
+{
+    em__convert_n((char *)t->storage->data + (size_t)off * em_dtype_size(t->dtype), t->dtype, src, cdt, n);
+}
+
+/* R rows of D elements (src stride pad16(D)) to the contiguous t from element offset off */
+static inline void store_rows(em_tensor *t, int64_t off, const void *src, em_dtype cdt, int64_t R, int64_t D)
+{
+    size_t cs = em_dtype_size(cdt);
+    if (D == pad16(D)) store_vec(t, off, src, cdt, R * D);   /* one run */
+    else
+        for (int64_t r = 0; r < R; r++) store_vec(t, off + r * D, (const char *)src + (size_t)(r * pad16(D)) * cs, cdt, D);
+}
+
+/* n elements of the contiguous t from element offset off set to 0 */
+static inline void zero_rows(em_tensor *t, int64_t off, int64_t n)
+{
+    if (n > 0) memset((char *)t->storage->data + (size_t)off * em_dtype_size(t->dtype), 0, (size_t)n * em_dtype_size(t->dtype));
+}
+
+static inline int64_t off4(const em_tensor *t, int64_t b, int64_t h, int64_t s)
+{
+    return t->offset + b * t->stride[0] + h * t->stride[1] + s * t->stride[2];
+}
+
+static inline int64_t key_len(const em_tensor *lens, int64_t b, int64_t sk)
+{
+    if (!lens) return sk;
+    const char *lp = (const char *)lens->storage->data;
+    int64_t len = (int64_t)em__load(lp + (size_t)(lens->offset + b * lens->stride[0]) * em_dtype_size(lens->dtype),
+                                    lens->dtype);
+    return len < 0 ? 0 : len > sk ? sk : len;
+}
+
+/* ---- dropout -------------------------------------------------------------------------- */
+
+typedef struct drop {
+    double p;
+    uint64_t seed, offset;
+    uint32_t thr;
+} drop;
+
+static inline drop drop_of(double p, uint64_t seed, uint64_t offset)
+{
+    return (drop){.p = p, .seed = seed, .offset = offset, .thr = (uint32_t)ceil(p * 16777216.0)};
+}
+
+/* keep[r * pad16(skb) + j], j < skb, for the weights of the global rows r0 .. r0 + R
+ * (rows of sk; contiguous in the [B,H,Sq,Sk] order, so one run of Philox counters),
+ * 0 for the padding columns; bits: scratch of ((R sk + 3) / 4 + 16) * 4 */
+static inline void keep_block(const drop *dr, int64_t r0, int64_t R, int64_t sk, int64_t skb, uint32_t *bits, uint8_t *keep)
+{
+    int64_t skbp = pad16(skb);
+    uint64_t e0 = (uint64_t)r0 * (uint64_t)sk, first = dr->offset + e0 / 4;
+    int64_t lane0 = (int64_t)(e0 % 4), nblocks = (lane0 + (R - 1) * sk + skb + 3) / 4;
+    for (int64_t b = 0; b < nblocks; b += 16)
+        em__philox_batch16(dr->seed, first + (uint64_t)b, (uint32_t(*)[4])(bits + 4 * b));
+    for (int64_t r = 0; r < R; r++) {
+        const uint32_t *br = bits + lane0 + r * sk;
+        uint8_t *kr = keep + r * skbp;
+#pragma omp simd
+        for (int64_t j = 0; j < skb; j++) kr[j] = (br[j] >> 8) >= dr->thr;
+        memset(kr + skb, 0, (size_t)(skbp - skb));
+    }
+}
+
+/* What one (b, h) pair computes: keys j < skb (the key length, or every key when it
+ * is 0: HF's uniform weights over masked keys), queries i < sqb (the key length too
+ * when the op's i[2] says queries past it are padding). */
+typedef struct pair_geom {
+    int64_t sk, skb, skbp, sq, sqb, len;
+} pair_geom;
+
+static inline pair_geom geom_of(const em_tensor *lens, int64_t b, int64_t sq, int64_t sk, bool pad_queries)
+{
+    pair_geom g = {.sk = sk, .sq = sq, .len = key_len(lens, b, sk)};
+    g.skb = g.len > 0 ? g.len : sk;
+    g.skbp = pad16(g.skb);
+    g.sqb = pad_queries && g.len > 0 && g.len < sq ? g.len : sq;
+    return g;
+}
+
+/* Softmax of R rows of scores S (rows of pg->skbp, type T) in place: keys j < len
+ * scaled by scale, keys len <= j < skb set to low (the dtype's lowest, as the
+ * composed masked_fill), the padding columns -inf (exp gives them 0); lse (when
+ * non-NULL) gets each row's logsumexp. EXP and LOG: T's exp and log. */
+#define EM__SDPA_SOFTMAX_ROWS(T, EXP, LOG, S, R, pg, scale, low, lse)                                      \
+    for (int64_t r_ = 0; r_ < (R); r_++) {                                                               \
+        T *s_ = (S) + r_ * (pg)->skbp, mx_ = -INFINITY, sum_ = 0;                                          \
+        const int64_t len_ = (pg)->len, skb_ = (pg)->skb, skbp_ = (pg)->skbp;                              \
+        _Pragma("omp simd") for (int64_t j = 0; j < skbp_; j++) s_[j] =                                    \
+            j < len_ ? s_[j] * (scale) : j < skb_ ? (low) : (T)-INFINITY;                                  \
+        _Pragma("omp simd reduction(max : mx_)") for (int64_t j = 0; j < skbp_; j++) mx_ = s_[j] > mx_ ? s_[j] : mx_; \
+        _Pragma("omp simd reduction(+ : sum_)") for (int64_t j = 0; j < skbp_; j++) {                      \
+            s_[j] = EXP(s_[j] - mx_);                                                                      \
+            sum_ += s_[j];                                                                                 \
+        }                                                                                                  \
+        T inv_ = (T)1 / sum_;                                                                              \
+        _Pragma("omp simd") for (int64_t j = 0; j < skbp_; j++) s_[j] *= inv_;                             \
+        if (lse) (lse)[r_] = (float)(mx_ + LOG(sum_));                                                     \
+    }
+
+/* k_sdpa_amx.c: the bf16 pair kernels with AMX tile products (P and dS rounded
+ * to bf16 before their products, as the composed bf16 path rounds them);
+ * em__sdpa_amx_ok says whether they take a call (bf16, an AMX target, the
+ * kernel's permission). A thread brackets its pairs with _begin (loads the tile
+ * configuration) and _end, and gives each call em__sdpa_amx_scratch bytes. */
+bool em__sdpa_amx_ok(const em_tensor *q);
+/* Turns the AMX kernels off (tests compare both paths); returns the previous setting. */
+bool em__sdpa_amx_set(bool on);
+size_t em__sdpa_amx_scratch(int64_t sk, int64_t d);
+void em__sdpa_amx_begin(void);
+void em__sdpa_amx_end(void);
+void em__sdpa_amx_forward(const em_kargs *k, const drop *dr, char *ws, int64_t b, int64_t h);
+void em__sdpa_amx_backward(em_tensor *const *t, double sc, bool pad_queries, const drop *dr, char *ws, int64_t b,
+                           int64_t h);
+
+#endif
