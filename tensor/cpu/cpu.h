@@ -68,6 +68,15 @@ em_status em_cpu_gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int
  * products added once, no bf16 rounding in between. */
 em_status em_cpu_gemm_bf16_acc(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
                                const void *b, int64_t ldb, float *c, int64_t ldc);
+/* A matrix's GEMM layout (k_matmul.c): rows x cols with strides s0, s1 (elements)
+ * as a row-major matrix (*trans false) or the transpose of one, leading dim *ld;
+ * false when neither stride is 1 (or ld would pass INT_MAX). */
+bool em__gemm_layout(int64_t rows, int64_t cols, int64_t s0, int64_t s1, bool *trans, int64_t *ld);
+/* The same with a bf16 bias[n] added to every row of the f32 sum before C's one
+ * rounding (oneDNN's bias argument): LINEAR's epilogue in bf16. */
+em_status em_cpu_gemm_bf16_bias(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const void *a,
+                                int64_t lda, const void *b, int64_t ldb, const uint16_t *bias, void *c,
+                                em_dtype c_dtype, int64_t ldc);
 
 
 #endif

@@ -48,7 +48,7 @@ static void to_f32(float *dst, const void *p, int64_t rows, int64_t cols, int64_
 }
 
 static em_status via_f32(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
-                         const void *b, int64_t ldb, void *c, em_dtype cdt, int64_t ldc, bool acc)
+                         const void *b, int64_t ldb, const uint16_t *bias, void *c, em_dtype cdt, int64_t ldc, bool acc)
 {
     /* stored shapes: A is [m,k] or, transposed, [k,m]; B is [k,n] or [n,k] */
     int64_t ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
@@ -60,6 +60,11 @@ static em_status via_f32(bool ta, bool tb, int64_t m, int64_t n, int64_t k, cons
     to_f32(fa, a, ar, ac, lda);
     to_f32(fb, b, br, bc, ldb);
     em_cpu_gemm(EM_GEMM_F32, ta, tb, m, n, k, 1.0, fa, ac, fb, bc, acc ? 1.0 : 0.0, fc, direct_c ? ldc : n);
+    if (bias)   /* added to the f32 result, then rounded once */
+        for (int64_t r = 0; r < m; r++) {
+            float *row = fc + r * (direct_c ? ldc : n);
+            for (int64_t j = 0; j < n; j++) row[j] += em__bf16_to_f32(bias[j]);
+        }
     if (!direct_c)
         for (int64_t r = 0; r < m; r++) em__convert_n((uint16_t *)c + r * ldc, EM_BF16, fc + r * n, EM_F32, n);
     em__free(buf);
@@ -89,10 +94,11 @@ static void init(void)
 typedef struct prim_entry {
     bool used, usable;            /* usable: a non-reference primitive was built */
     bool ta, tb, acc;             /* acc: C += (a sum post-op), f32 C only */
+    bool bias;                    /* + a bf16 bias [n] per row, before the one rounding */
     em_dtype cdt;
     int64_t m, n, k, lda, ldb, ldc;
     dnnl_primitive_t prim;
-    dnnl_memory_t src, wei, dst;
+    dnnl_memory_t src, wei, dst, bia;
 } prim_entry;
 
 /* Per thread: calls from inside an OpenMP region (the batched matmul) run
@@ -107,6 +113,7 @@ static void entry_clear(prim_entry *e)
     if (e->src) dnnl_memory_destroy(e->src);
     if (e->wei) dnnl_memory_destroy(e->wei);
     if (e->dst) dnnl_memory_destroy(e->dst);
+    if (e->bia) dnnl_memory_destroy(e->bia);
     memset(e, 0, sizeof *e);
 }
 
@@ -118,7 +125,8 @@ static void entry_build(prim_entry *e)
     dnnl_dims_t ad = {e->m, e->k}, as = {e->ta ? 1 : e->lda, e->ta ? e->lda : 1};
     dnnl_dims_t bd = {e->k, e->n}, bs = {e->tb ? 1 : e->ldb, e->tb ? e->ldb : 1};
     dnnl_dims_t cd = {e->m, e->n}, cs = {e->ldc, 1};
-    dnnl_memory_desc_t amd, bmd, cmd;
+    dnnl_dims_t zd = {1, e->n}, zs = {e->n, 1};
+    dnnl_memory_desc_t amd, bmd, cmd, zmd;
     dnnl_matmul_desc_t md;
     dnnl_primitive_desc_t pd = NULL;
     dnnl_primitive_attr_t attr = NULL;
@@ -135,7 +143,8 @@ static void entry_build(prim_entry *e)
     bool ok = dnnl_memory_desc_init_by_strides(&amd, 2, ad, dnnl_bf16, as) == dnnl_success &&
               dnnl_memory_desc_init_by_strides(&bmd, 2, bd, dnnl_bf16, bs) == dnnl_success &&
               dnnl_memory_desc_init_by_strides(&cmd, 2, cd, cty, cs) == dnnl_success &&
-              dnnl_matmul_desc_init(&md, &amd, &bmd, NULL, &cmd) == dnnl_success &&
+              (!e->bias || dnnl_memory_desc_init_by_strides(&zmd, 2, zd, dnnl_bf16, zs) == dnnl_success) &&
+              dnnl_matmul_desc_init(&md, &amd, &bmd, e->bias ? &zmd : NULL, &cmd) == dnnl_success &&
               dnnl_primitive_desc_create(&pd, &md, attr, engine, NULL) == dnnl_success;
     if (po) dnnl_post_ops_destroy(po);
     if (attr) dnnl_primitive_attr_destroy(attr);
@@ -147,11 +156,12 @@ static void entry_build(prim_entry *e)
     ok = ok && dnnl_primitive_create(&e->prim, pd) == dnnl_success &&
          dnnl_memory_create(&e->src, &amd, engine, DNNL_MEMORY_NONE) == dnnl_success &&
          dnnl_memory_create(&e->wei, &bmd, engine, DNNL_MEMORY_NONE) == dnnl_success &&
-         dnnl_memory_create(&e->dst, &cmd, engine, DNNL_MEMORY_NONE) == dnnl_success;
+         dnnl_memory_create(&e->dst, &cmd, engine, DNNL_MEMORY_NONE) == dnnl_success &&
+         (!e->bias || dnnl_memory_create(&e->bia, &zmd, engine, DNNL_MEMORY_NONE) == dnnl_success);
     if (pd) dnnl_primitive_desc_destroy(pd);
     if (!ok) {
         prim_entry keep = *e;
-        keep.prim = NULL, keep.src = keep.wei = keep.dst = NULL;
+        keep.prim = NULL, keep.src = keep.wei = keep.dst = keep.bia = NULL;
         entry_clear(e);
         *e = keep;   /* remember the geometry as unusable */
     }
@@ -159,18 +169,18 @@ static void entry_build(prim_entry *e)
 }
 
 static prim_entry *lookup(bool ta, bool tb, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb,
-                          int64_t ldc, em_dtype cdt, bool acc)
+                          int64_t ldc, em_dtype cdt, bool acc, bool bias)
 {
     for (int i = 0; i < CACHE_SLOTS; i++) {
         prim_entry *e = &cache[i];
         if (e->used && e->m == m && e->n == n && e->k == k && e->lda == lda && e->ldb == ldb && e->ldc == ldc &&
-            e->ta == ta && e->tb == tb && e->cdt == cdt && e->acc == acc)
+            e->ta == ta && e->tb == tb && e->cdt == cdt && e->acc == acc && e->bias == bias)
             return e;
     }
     prim_entry *e = &cache[victim++ % CACHE_SLOTS];
     entry_clear(e);
-    *e = (prim_entry){.used = true, .ta = ta, .tb = tb, .acc = acc, .cdt = cdt, .m = m, .n = n, .k = k,
-                      .lda = lda, .ldb = ldb, .ldc = ldc};
+    *e = (prim_entry){.used = true, .ta = ta, .tb = tb, .acc = acc, .bias = bias, .cdt = cdt, .m = m, .n = n,
+                      .k = k, .lda = lda, .ldb = ldb, .ldc = ldc};
     entry_build(e);
     return e;
 }
@@ -182,9 +192,11 @@ bool em_cpu_gemm_bf16_fast(void)
 }
 
 static em_status gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
-                           const void *b, int64_t ldb, void *c, em_dtype c_dtype, int64_t ldc, bool acc)
+                           const void *b, int64_t ldb, const uint16_t *bias, void *c, em_dtype c_dtype, int64_t ldc,
+                           bool acc)
 {
     if (m <= 0 || n <= 0 || (acc && k <= 0)) return EM_OK;
+    if (k <= 0 && bias) return via_f32(trans_a, trans_b, m, n, k, a, lda, b, ldb, bias, c, c_dtype, ldc, acc);
     if (k <= 0) {   /* an empty sum: zeros (all-zero bits in bf16 and f32) */
         for (int64_t r = 0; r < m; r++) memset((char *)c + (size_t)(r * ldc) * em_dtype_size(c_dtype), 0,
                                                (size_t)n * em_dtype_size(c_dtype));
@@ -193,17 +205,19 @@ static em_status gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int
     pthread_once(&once, init);
     if (engine && !stream && dnnl_stream_create(&stream, engine, dnnl_stream_default_flags) != dnnl_success)
         stream = NULL;
-    prim_entry *e = engine && stream ? lookup(trans_a, trans_b, m, n, k, lda, ldb, ldc, c_dtype, acc) : NULL;
+    prim_entry *e = engine && stream ? lookup(trans_a, trans_b, m, n, k, lda, ldb, ldc, c_dtype, acc, bias != NULL) : NULL;
     if (e && e->usable) {
         dnnl_memory_set_data_handle(e->src, (void *)a);
         dnnl_memory_set_data_handle(e->wei, (void *)b);
         dnnl_memory_set_data_handle(e->dst, c);
-        dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, e->src}, {DNNL_ARG_WEIGHTS, e->wei}, {DNNL_ARG_DST, e->dst}};
-        if (dnnl_primitive_execute(e->prim, stream, 3, args) == dnnl_success &&
+        if (bias) dnnl_memory_set_data_handle(e->bia, (void *)bias);
+        dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, e->src}, {DNNL_ARG_WEIGHTS, e->wei}, {DNNL_ARG_DST, e->dst},
+                                   {DNNL_ARG_BIAS, e->bia}};
+        if (dnnl_primitive_execute(e->prim, stream, bias ? 4 : 3, args) == dnnl_success &&
             dnnl_stream_wait(stream) == dnnl_success)
             return EM_OK;
     }
-    return via_f32(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, c_dtype, ldc, acc);
+    return via_f32(trans_a, trans_b, m, n, k, a, lda, b, ldb, bias, c, c_dtype, ldc, acc);
 }
 
 #else /* no oneDNN: always the f32 route */
@@ -211,10 +225,11 @@ static em_status gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int
 bool em_cpu_gemm_bf16_fast(void) { return false; }
 
 static em_status gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
-                           const void *b, int64_t ldb, void *c, em_dtype c_dtype, int64_t ldc, bool acc)
+                           const void *b, int64_t ldb, const uint16_t *bias, void *c, em_dtype c_dtype, int64_t ldc,
+                           bool acc)
 {
     if (m <= 0 || n <= 0) return EM_OK;
-    return via_f32(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, c_dtype, ldc, acc);
+    return via_f32(trans_a, trans_b, m, n, k, a, lda, b, ldb, bias, c, c_dtype, ldc, acc);
 }
 
 #endif
@@ -222,11 +237,18 @@ static em_status gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int
 em_status em_cpu_gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
                            const void *b, int64_t ldb, void *c, em_dtype c_dtype, int64_t ldc)
 {
-    return gemm_bf16(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, c_dtype, ldc, false);
+    return gemm_bf16(trans_a, trans_b, m, n, k, a, lda, b, ldb, NULL, c, c_dtype, ldc, false);
 }
 
 em_status em_cpu_gemm_bf16_acc(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
                                const void *b, int64_t ldb, float *c, int64_t ldc)
 {
-    return gemm_bf16(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, EM_F32, ldc, true);
+    return gemm_bf16(trans_a, trans_b, m, n, k, a, lda, b, ldb, NULL, c, EM_F32, ldc, true);
+}
+
+em_status em_cpu_gemm_bf16_bias(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const void *a,
+                                int64_t lda, const void *b, int64_t ldb, const uint16_t *bias, void *c,
+                                em_dtype c_dtype, int64_t ldc)
+{
+    return gemm_bf16(trans_a, trans_b, m, n, k, a, lda, b, ldb, bias, c, c_dtype, ldc, false);
 }

@@ -51,7 +51,7 @@ typedef struct mat {
 /* Whether a rows x cols matrix with strides (s0, s1) is a row-major matrix
  * (trans = false) or the transpose of one (trans = true) with a leading
  * dimension the BLAS accepts. Size-1 dims may carry any stride. */
-static bool gemm_layout(int64_t rows, int64_t cols, int64_t s0, int64_t s1, bool *trans, int64_t *ld)
+bool em__gemm_layout(int64_t rows, int64_t cols, int64_t s0, int64_t s1, bool *trans, int64_t *ld)
 {
     int64_t minr = rows > 1 ? rows : 1, minc = cols > 1 ? cols : 1;
     if (cols == 1 || s1 == 1) {
@@ -113,7 +113,7 @@ static void mat_init(mat *m, em_tensor *t, int nb)
     m->invariant = true;
     for (int d = 0; d < nb; d++)
         if (t->shape[d] > 1 && t->stride[d] != 0) m->invariant = false;
-    m->direct = t->dtype == compute_dtype(t->dtype) && gemm_layout(m->rows, m->cols, m->s0, m->s1, &m->trans, &m->ld);
+    m->direct = t->dtype == compute_dtype(t->dtype) && em__gemm_layout(m->rows, m->cols, m->s0, m->s1, &m->trans, &m->ld);
     m->packed = NULL;
 }
 
@@ -190,8 +190,8 @@ static int matmul_bf16_into_f32(em_tensor *a, em_tensor *b, em_tensor *c)
     int64_t M = c->shape[0], N = c->shape[1], K = a->shape[1];
     bool ta, tb;
     int64_t lda, ldb;
-    if (c->ndim != 2 || !em_is_contiguous(c) || !gemm_layout(M, K, a->stride[0], a->stride[1], &ta, &lda) ||
-        !gemm_layout(K, N, b->stride[0], b->stride[1], &tb, &ldb))
+    if (c->ndim != 2 || !em_is_contiguous(c) || !em__gemm_layout(M, K, a->stride[0], a->stride[1], &ta, &lda) ||
+        !em__gemm_layout(K, N, b->stride[0], b->stride[1], &tb, &ldb))
         return em__fail(EM_ERR_UNSUPPORTED, "cpu: matmul into f32 from bf16 takes 2-d GEMM-ready operands");
     if (M == 0 || N == 0 || K == 0) return EM_OK;
     return em_cpu_gemm_bf16_acc(ta, tb, M, N, K, em_data_ptr(a), lda, em_data_ptr(b), ldb, em_data_ptr(c), N);
@@ -223,7 +223,7 @@ int em_cpu_MATMUL(const em_kargs *k)
     if (batch > 1 && P.B.invariant && rows_fold(a, nb, &fold_s0)) {
         P.A.rows = P.M = batch * P.M;
         P.A.s0 = fold_s0;
-        P.A.direct = a->dtype == P.cdt && gemm_layout(P.A.rows, P.A.cols, P.A.s0, P.A.s1, &P.A.trans, &P.A.ld);
+        P.A.direct = a->dtype == P.cdt && em__gemm_layout(P.A.rows, P.A.cols, P.A.s0, P.A.s1, &P.A.trans, &P.A.ld);
         P.A.invariant = true;
         P.nb = 0;
         batch = 1;
