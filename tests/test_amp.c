@@ -862,30 +862,50 @@ START_TEST(low_precision_matmul_tolerance)
 END_TEST
 
 /* The internal bf16 GEMM directly: every transpose combination, leading
- * dimensions wider than the matrices, bf16 and f32 outputs, k = 0. Values are
- * small integers, so every product and sum is exact in f32 and the bf16
- * output is the exact result rounded once. */
+ * dimensions wider than the matrices, bf16 and f32 outputs, k = 0; with a bf16
+ * bias (LINEAR's epilogue) and adding into an f32 C (a weight gradient's sink).
+ * Values are integers (A's up to 97, sums up to 27,000), so every product and sum is exact
+ * in f32 and the bf16 output is the exact result rounded once: with the bias,
+ * sums past 256 tell one rounding of s + bias from a rounding of s and another
+ * after the add. */
 static void check_gemm_bf16(void)
 {
     enum { M = 37, N = 29, K = 70, LD = 80 };
-    uint16_t *a = calloc(LD * LD, 2), *b = calloc(LD * LD, 2), *c16 = calloc(LD * LD, 2);
+    uint16_t *a = calloc(LD * LD, 2), *b = calloc(LD * LD, 2), *c16 = calloc(LD * LD, 2), bias[N];
     float *c32 = calloc(LD * LD, 4);
+    for (int j = 0; j < N; j++) bias[j] = em__f32_to_bf16((float)(j % 7 - 3));
     for (int ta = 0; ta < 2; ta++)
         for (int tb = 0; tb < 2; tb++) {
-            /* op(A)[i][p] = (i + 2p) % 7 - 3, op(B)[p][j] = (3p + j) % 5 - 2 */
+            /* op(A)[i][p] = (5i + 2p) % 97 + 1, op(B)[p][j] = (3p + j) % 5 */
             for (int i = 0; i < M; i++)
-                for (int p = 0; p < K; p++) a[ta ? p * LD + i : i * LD + p] = em__f32_to_bf16((float)((i + 2 * p) % 7 - 3));
+                for (int p = 0; p < K; p++) a[ta ? p * LD + i : i * LD + p] = em__f32_to_bf16((float)((5 * i + 2 * p) % 97 + 1));
             for (int p = 0; p < K; p++)
-                for (int j = 0; j < N; j++) b[tb ? j * LD + p : p * LD + j] = em__f32_to_bf16((float)((3 * p + j) % 5 - 2));
+                for (int j = 0; j < N; j++) b[tb ? j * LD + p : p * LD + j] = em__f32_to_bf16((float)((3 * p + j) % 5));
             ck_assert_int_eq(em_cpu_gemm_bf16(ta, tb, M, N, K, a, LD, b, LD, c16, EM_BF16, LD), EM_OK);
             ck_assert_int_eq(em_cpu_gemm_bf16(ta, tb, M, N, K, a, LD, b, LD, c32, EM_F32, LD), EM_OK);
             for (int i = 0; i < M; i++)
                 for (int j = 0; j < N; j++) {
                     double s = 0;
-                    for (int p = 0; p < K; p++) s += (double)((i + 2 * p) % 7 - 3) * ((3 * p + j) % 5 - 2);
+                    for (int p = 0; p < K; p++) s += (double)((5 * i + 2 * p) % 97 + 1) * ((3 * p + j) % 5);
                     ck_assert_msg(c32[i * LD + j] == s, "ta %d tb %d [%d,%d]: f32 %g, want %g", ta, tb, i, j,
                                   c32[i * LD + j], s);
                     ck_assert(em__bf16_to_f32(c16[i * LD + j]) == em__bf16_to_f32(em__f32_to_bf16((float)s)));
+                }
+            ck_assert_int_eq(em_cpu_gemm_bf16_bias(ta, tb, M, N, K, a, LD, b, LD, bias, c16, EM_BF16, LD), EM_OK);
+            for (int i = 0; i < M; i++) c32[i * LD] = 0.5f, c32[i * LD + N - 1] = -2.0f;   /* added into */
+            for (int i = 0; i < M; i++)
+                for (int j = 1; j < N - 1; j++) c32[i * LD + j] = (float)(i - j);
+            ck_assert_int_eq(em_cpu_gemm_bf16_acc(ta, tb, M, N, K, a, LD, b, LD, c32, LD), EM_OK);
+            for (int i = 0; i < M; i++)
+                for (int j = 0; j < N; j++) {
+                    double s = 0;
+                    for (int p = 0; p < K; p++) s += (double)((5 * i + 2 * p) % 97 + 1) * ((3 * p + j) % 5);
+                    float want = em__bf16_to_f32(em__f32_to_bf16((float)(s + (j % 7 - 3))));
+                    ck_assert_msg(em__bf16_to_f32(c16[i * LD + j]) == want, "ta %d tb %d [%d,%d]: bias: %g, want %g",
+                                  ta, tb, i, j, em__bf16_to_f32(c16[i * LD + j]), want);
+                    double before = j == 0 ? 0.5 : j == N - 1 ? -2.0 : (double)(i - j);
+                    ck_assert_msg(c32[i * LD + j] == before + s, "ta %d tb %d [%d,%d]: acc %g, want %g", ta, tb, i, j,
+                                  c32[i * LD + j], before + s);
                 }
         }
     c32[0] = 5.0f;
