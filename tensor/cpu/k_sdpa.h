@@ -7,6 +7,7 @@
 #define EMBER_CPU_K_SDPA_H
 
 #include "tensor/cpu/cpu.h"
+#include "tensor/cpu/transpose.h"
 
 #include <float.h>
 #include <math.h>
@@ -29,57 +30,6 @@ static inline double lowest(em_dtype dt)
     case EM_BF16: return -3.3895313892515355e38;
     default: return -FLT_MAX;
     }
-}
-
-/* ---- transposes: dst[c * ldd + r] = src[r * lds + c], r < rows, c < cols (multiples of 16) ---- */
-
-#if defined(__AVX512F__)
-/* One 16 x 16 f32 block through registers (unpack, in-lane shuffle, two 128-bit lane shuffles). */
-static inline void transpose16_f32(float *dst, int64_t ldd, const float *src, int64_t lds)
-{
-    __m512 r[16], t[16];
-    for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_ps(src + i * lds);
-    for (int i = 0; i < 16; i += 2) {
-        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-    }
-    for (int i = 0; i < 16; i += 4) {
-        r[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
-        r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xEE);
-        r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
-        r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
-    }
-    for (int i = 0; i < 4; i++) {
-        t[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);
-        t[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xDD);
-        t[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);
-        t[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xDD);
-    }
-    for (int i = 0; i < 4; i++) {
-        r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
-        r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xDD);
-        r[i + 4] = _mm512_shuffle_f32x4(t[i + 4], t[i + 12], 0x88);
-        r[i + 12] = _mm512_shuffle_f32x4(t[i + 4], t[i + 12], 0xDD);
-    }
-    for (int i = 0; i < 16; i++) _mm512_storeu_ps(dst + i * ldd, r[i]);
-}
-#endif
-
-static inline void transpose_f32(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows, int64_t cols)
-{
-#if defined(__AVX512F__)
-    for (int64_t r = 0; r < rows; r += 16)
-        for (int64_t c = 0; c < cols; c += 16) transpose16_f32(dst + c * ldd + r, ldd, src + r * lds + c, lds);
-#else
-    for (int64_t c = 0; c < cols; c++)
-        for (int64_t r = 0; r < rows; r++) dst[c * ldd + r] = src[r * lds + c];
-#endif
-}
-
-static inline void transpose_f64(double *dst, int64_t ldd, const double *src, int64_t lds, int64_t rows, int64_t cols)
-{
-    for (int64_t c = 0; c < cols; c++)
-        for (int64_t r = 0; r < rows; r++) dst[c * ldd + r] = src[r * lds + c];
 }
 
 /* ---- rows of the outputs -------------------------------------------------------------- */

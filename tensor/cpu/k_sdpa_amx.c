@@ -147,15 +147,6 @@ static void transpose_words(uint32_t *dst, const uint16_t *src, int64_t rows, in
     transpose_f32((float *)dst, rows, (const float *)src, cols / 2, rows, cols / 2);
 }
 
-/* A^T for a sum over rows: src [rows][cols] bf16 -> dst [cols][rows] bf16 (pairs of rows
- * adjacent), through an interleave (tmp, rows x cols) and a word transpose. rows and
- * cols multiples of 32. */
-static void transpose_bf16(uint16_t *dst, uint16_t *tmp, const uint16_t *src, int64_t rows, int64_t cols)
-{
-    interleave_rows(tmp, src, cols, rows, cols);
-    transpose_words((uint32_t *)dst, tmp, rows / 2, 2 * cols);
-}
-
 /* f32 rows [R][n] (row stride lds) to bf16 rows [Rp][ldd], zero past R rows and n columns */
 static void round_rows(uint16_t *dst, int64_t ldd, const float *src, int64_t lds, int64_t R, int64_t Rp, int64_t n)
 {
@@ -189,7 +180,6 @@ typedef struct amx_ws {
     uint32_t *kt, *vt;             /* word transposes [Dp/2][Kp] */
     uint16_t *ki, *vi;             /* row-pair interleaves [Kp/2][Dp][2] */
     uint16_t *q, *g, *qt, *gt;     /* [QB][Dp]; transposes [Dp][QB] */
-    uint16_t *tmp;                 /* [max(QB Dp, QB Kp)] */
     float *s, *dp;                 /* [QB][Kp] */
     uint16_t *p16, *pi;            /* bf16 weights [QB][Kp], their interleave */
     float *o, *dkt, *dvt, *dkv;    /* [QB][Dp]; [Dp][Kp] x 2; [Kp][Dp] */
@@ -199,7 +189,7 @@ typedef struct amx_ws {
 
 static size_t layout(amx_ws *w, char *base, int64_t sk, int64_t d)
 {
-    int64_t kp = pad32(sk), dp = pad32(d), big = kp > dp ? kp : dp;
+    int64_t kp = pad32(sk), dp = pad32(d);
     size_t off = 0;
 #define SLOT(field, type, n)                                                   \
     do {                                                                       \
@@ -210,7 +200,6 @@ static size_t layout(amx_ws *w, char *base, int64_t sk, int64_t d)
     SLOT(kt, uint32_t, kp * dp / 2); SLOT(vt, uint32_t, kp * dp / 2);
     SLOT(ki, uint16_t, kp * dp); SLOT(vi, uint16_t, kp * dp);
     SLOT(q, uint16_t, QB * dp); SLOT(g, uint16_t, QB * dp); SLOT(qt, uint16_t, QB * dp); SLOT(gt, uint16_t, QB * dp);
-    SLOT(tmp, uint16_t, QB * big);
     SLOT(s, float, QB * kp); SLOT(dp, float, QB * kp);
     SLOT(p16, uint16_t, QB * kp); SLOT(pi, uint16_t, QB * kp);
     SLOT(o, float, QB * dp); SLOT(dkt, float, kp * dp); SLOT(dvt, float, kp * dp); SLOT(dkv, float, kp * dp);
@@ -321,7 +310,7 @@ void em__sdpa_amx_backward(em_tensor *const *t, double sc, bool pad_queries, con
         if (dr->p > 0) apply_drop(w.dp, w.s, dr, w.keep, R, Kp, pg.skbp);
         round_rows(w.p16, Kp, dr->p > 0 ? w.dp : w.s, Kp, R, Rp, Kp);
         interleave_rows(w.pi, w.p16, Kp, Rp, Kp);
-        transpose_bf16(w.gt, w.tmp, w.g, Rp, Dp);
+        transpose_bf16(w.gt, Rp, w.g, Dp, Rp, Dp);   /* A = dO^T: pairs of rows adjacent */
         mm(Dp, Kp, Rp, w.gt, Rp, (const uint32_t *)w.pi, Kp, w.dvt, Kp, true);
         /* dP = dropout(dO V^T); D = rowsum(P dP); dS = scale P (dP - D), 0 at masked keys */
         mm(Rp, Kp, Dp, w.g, Dp, w.vt, Kp, w.dp, Kp, false);
@@ -339,7 +328,7 @@ void em__sdpa_amx_backward(em_tensor *const *t, double sc, bool pad_queries, con
         store_rows32(dq, dq->offset + row0 * D, w.o, R, D, Dp);
         /* dK^T += Q^T bf16(dS) */
         interleave_rows(w.pi, w.p16, Kp, Rp, Kp);
-        transpose_bf16(w.qt, w.tmp, w.q, Rp, Dp);
+        transpose_bf16(w.qt, Rp, w.q, Dp, Rp, Dp);
         mm(Dp, Kp, Rp, w.qt, Rp, (const uint32_t *)w.pi, Kp, w.dkt, Kp, true);
     }
     zero_rows(dq, dq->offset + (base + pg.sqb) * D, (Sq - pg.sqb) * D);
