@@ -47,7 +47,7 @@ struct em_tensor;
     /* MATMUL: in[0] [B..,M,K], in[1] [B..,K,N] expanded batch dims, either of the last  \
        two strides may be 1 (transposed operands are not copied); out[0] [B..,M,N].     \
        i[0]=1: out[0] (contiguous, f32/f64) is added into, out += A B (GEMM beta = 1); \
-       then A and B may also be bf16 (CPU, CUDA; f16 CUDA) with an f32 out, 2-d */     \
+       then A and B may also be bf16 or f16 with an f32 out (2-d on the CPU) */        \
     X(MATMUL)                                                                            \
     /* SOFTMAX/LOG_SOFTMAX: in[0] contiguous, i[0]=dim -> out[0].                        \
        *_BWD: in[0]=y (the forward output), in[1]=dy -> out[0]=dx; i[0]=dim */           \

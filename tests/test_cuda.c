@@ -348,6 +348,14 @@ static int c_matmul(ctx *c, em_tensor **o)
         em_set_float32_matmul_precision("highest");
         c->tol = 5e-4;
         return 1;
+    case 6: {   /* MATMUL i[0]: added into a C (a weight gradient's sink), g^T x with g transposed;
+                 * f16/bf16 operands add into an f32 C */
+        em_dtype cdt = c->dt == EM_F64 ? EM_F64 : EM_F32;
+        em_tensor *acc = gen_dt(c, cdt, EM_SHAPE(21, 33), -1, 1);
+        em_tensor *g = gen(c, EM_SHAPE(70, 21), -1, 1), *x = gen(c, EM_SHAPE(70, 33), -1, 1);
+        o[0] = em__matmul_into(acc, em_transpose(g, 0, 1), x) ? acc : NULL;   /* NULL: reported with the error */
+        return 1;
+    }
     default: return 0;
     }
     o[0] = em_matmul(a, b);
@@ -477,6 +485,12 @@ static int c_embedding(ctx *c, em_tensor **o)
 }
 static int c_embedding_bwd(ctx *c, em_tensor **o)
 {
+    if (c->variant == 2) {   /* EMBEDDING_BWD i[1]: picked rows added into dw, the others untouched */
+        em_tensor *id = ids(c, EM_I64, EM_SHAPE(4, 50), 13);
+        em_tensor *dw = gen(c, EM_SHAPE(15, 70), -1, 1);
+        o[0] = em__embedding_backward_into(dw, gen(c, EM_SHAPE(4, 50, 70), -1, 1), id, 2) ? dw : NULL;
+        return 1;
+    }
     if (c->variant > 1) return 0;
     em_tensor *id = ids(c, c->variant ? EM_I32 : EM_I64, EM_SHAPE(4, 50), 13);   /* many repeats */
     em_tensor *dy = gen(c, EM_SHAPE(4, 50, 70), -1, 1);

@@ -749,9 +749,9 @@ END_TEST
 /* The bf16 AMX kernels against the f32-math kernel on the same bf16 inputs, on
  * shapes that exercise their padding: two query blocks, the second of odd
  * length (7, padded to 32); 40 keys (64 padded); head dim 40 (64 padded); a
- * key padding of 29 in batch 1; dropout. Where AMX is not available both
- * paths are the f32-math kernel and the check is trivially met (the case
- * above then says which ran). */
+ * key padding of 29 in batch 1; dropout. Where AMX (or the kernel's
+ * permission for it) is missing both paths are the f32-math kernel: the test
+ * says so on stdout instead of claiming a comparison it did not make. */
 START_TEST(sdpa_bf16_amx_matches_f32_math)
 {
     EM_SCOPE {
@@ -764,6 +764,8 @@ START_TEST(sdpa_bf16_amx_matches_f32_math)
             x[i] = em_requires_grad_(r, true);
         }
         em_tensor *w = em_to_dtype(R(EM_SHAPE(Bn, Hn, Sq, Dn), -1, 1), EM_BF16);
+        if (!em__sdpa_amx_ok(x[0]))
+            printf("sdpa_bf16_amx_matches_f32_math: no AMX here (or no permission): only the f32-math kernel ran\n");
         for (int path = 0; path < 2; path++) {
             bool was = em__sdpa_amx_set(path == 0);
             em_tensor **v = path ? y : x;

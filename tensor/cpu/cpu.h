@@ -1,10 +1,11 @@
 /* ember — the CPU backend's kernels: em_cpu_<OP> implements EM_OP_<OP>
  * (contract in tensor/ops.h);
  * views have no kernel. Files: k_elementwise.c (creation, copy, binary,
- * unary, where), k_reduce.c, k_matmul.c + gemm.c, k_nn.c (softmax, layer_norm,
- * embedding, dropout, cross_entropy), k_index.c (cat, index_select, gather,
- * scatter_add), k_sdpa.c (sdpa and its backward), k_fused.c (adamw_step,
- * unscale), ../rng.c (random). */
+ * unary, where; k_gelu_bf16.c its bf16 GELU rows), k_reduce.c, k_matmul.c +
+ * gemm.c + gemm_bf16.c, k_linear.c, k_nn.c (softmax, layer_norm, embedding,
+ * dropout, cross_entropy), k_index.c (cat, index_select, gather, scatter_add),
+ * k_sdpa.c (sdpa and its backward; k_sdpa_amx.c bf16 on AMX, k_sdpa.h their
+ * shared helpers), k_fused.c (adamw_step, unscale), ../rng.c (random). */
 #ifndef EMBER_CPU_H
 #define EMBER_CPU_H
 

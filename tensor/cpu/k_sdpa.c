@@ -1,6 +1,9 @@
 /* ember — the CPU kernels of fused attention: op SDPA (contract in
  * tensor/ops.h) and its fused backward, op SDPA_BWD.
  *
+ * bf16 on a CPU with AMX goes to k_sdpa_amx.c instead (same blocks, softmax,
+ * dropout and masking, shared through k_sdpa.h; products on tile multiplies).
+ *
  * One thread takes one (batch, head) pair at a time. It keeps K and V (and
  * their transposes) in scratch as the compute type -- f32 for f32, bf16 and
  * f16 inputs (loaded with em__convert_n, rounded once on store), f64 for f64

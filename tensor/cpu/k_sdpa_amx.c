@@ -121,25 +121,6 @@ static void mm(int64_t M, int64_t N, int64_t K, const uint16_t *A, int64_t lda, 
 
 /* ---- operand layouts ------------------------------------------------------------------------------ */
 
-/* dst [rows/2][cols][2] from src rows (bf16, row stride lds): word (t, c) = (src[2t][c], src[2t+1][c]).
- * rows even, cols a multiple of 32. */
-static void interleave_rows(uint16_t *dst, const uint16_t *src, int64_t lds, int64_t rows, int64_t cols)
-{
-    const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6, 37,
-                                        5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
-    const __m512i hi = _mm512_set_epi16(63, 31, 62, 30, 61, 29, 60, 28, 59, 27, 58, 26, 57, 25, 56, 24, 55, 23, 54,
-                                        22, 53, 21, 52, 20, 51, 19, 50, 18, 49, 17, 48, 16);
-    for (int64_t t = 0; t < rows / 2; t++) {
-        const uint16_t *a = src + 2 * t * lds, *b = a + lds;
-        uint16_t *o = dst + t * cols * 2;
-        for (int64_t c = 0; c < cols; c += 32) {
-            __m512i va = _mm512_loadu_si512(a + c), vb = _mm512_loadu_si512(b + c);
-            _mm512_storeu_si512(o + 2 * c, _mm512_permutex2var_epi16(va, lo, vb));
-            _mm512_storeu_si512(o + 2 * c + 32, _mm512_permutex2var_epi16(va, hi, vb));
-        }
-    }
-}
-
 /* The 32-bit words of src [rows][cols] (bf16) transposed into dst [cols/2][rows]:
  * word (p, r) = (src[r][2p], src[r][2p+1]). rows a multiple of 16, cols of 32. */
 static void transpose_words(uint32_t *dst, const uint16_t *src, int64_t rows, int64_t cols)

@@ -2,8 +2,9 @@
  * has AVX-512: dst[c * ldd + r] = src[r * lds + c] for r < rows, c < cols.
  * transpose_f32/_f64 take rows and cols that are multiples of 16 (the f32 one
  * also moves any 32-bit words: k_sdpa_amx.c transposes bf16 pairs with it);
- * transpose_bf16 takes any sizes (32 x 32 blocks, scalar edges). Pure data
- * movement: no value changes. */
+ * transpose_bf16 takes any sizes (32 x 32 blocks, scalar edges); interleave_rows
+ * pairs bf16 rows into 32-bit words (AMX's and vdpbf16ps's operand layout).
+ * Pure data movement: no value changes. */
 #ifndef EMBER_CPU_TRANSPOSE_H
 #define EMBER_CPU_TRANSPOSE_H
 
@@ -62,23 +63,34 @@ static inline void transpose_f64(double *dst, int64_t ldd, const double *src, in
 }
 
 #if defined(__AVX512F__) && defined(__AVX512BW__)
-/* One 32 x 32 bf16 block: rows paired into 32-bit words (vpermt2w), then two
- * 16 x 16 word transposes, each giving 16 rows of dst of 32 values. */
-static inline void transpose32_bf16(uint16_t *dst, int64_t ldd, const uint16_t *src, int64_t lds)
+/* dst [rows/2][cols][2] from src rows (bf16, row stride lds): word (t, c) = (src[2t][c], src[2t+1][c]).
+ * rows even, cols a multiple of 32. */
+static inline void interleave_rows(uint16_t *dst, const uint16_t *src, int64_t lds, int64_t rows, int64_t cols)
 {
     const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6, 37,
                                         5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
     const __m512i hi = _mm512_set_epi16(63, 31, 62, 30, 61, 29, 60, 28, 59, 27, 58, 26, 57, 25, 56, 24, 55, 23, 54,
                                         22, 53, 21, 52, 20, 51, 19, 50, 18, 49, 17, 48, 16);
-    _Alignas(64) uint32_t w[2][16][16];   /* [column half][row pair][column] */
-    for (int t = 0; t < 16; t++) {
-        __m512i a = _mm512_loadu_si512(src + 2 * t * lds), b = _mm512_loadu_si512(src + (2 * t + 1) * lds);
-        _mm512_store_si512(w[0][t], _mm512_permutex2var_epi16(a, lo, b));
-        _mm512_store_si512(w[1][t], _mm512_permutex2var_epi16(a, hi, b));
+    for (int64_t t = 0; t < rows / 2; t++) {
+        const uint16_t *a = src + 2 * t * lds, *b = a + lds;
+        uint16_t *o = dst + t * cols * 2;
+        for (int64_t c = 0; c < cols; c += 32) {
+            __m512i va = _mm512_loadu_si512(a + c), vb = _mm512_loadu_si512(b + c);
+            _mm512_storeu_si512(o + 2 * c, _mm512_permutex2var_epi16(va, lo, vb));
+            _mm512_storeu_si512(o + 2 * c + 32, _mm512_permutex2var_epi16(va, hi, vb));
+        }
     }
-    /* word (t, c) = (src[2t][c], src[2t+1][c]): transposed, row c holds src[0..31][c] */
-    transpose16_f32((float *)dst, ldd / 2, (const float *)w[0], 16);
-    transpose16_f32((float *)(dst + 16 * ldd), ldd / 2, (const float *)w[1], 16);
+}
+
+/* One 32 x 32 bf16 block: rows paired into 32-bit words, then two 16 x 16 word
+ * transposes, each giving 16 rows of dst of 32 values. */
+static inline void transpose32_bf16(uint16_t *dst, int64_t ldd, const uint16_t *src, int64_t lds)
+{
+    _Alignas(64) uint32_t w[16][32];   /* word (t, c) = (src[2t][c], src[2t+1][c]) */
+    interleave_rows((uint16_t *)w, src, lds, 32, 32);
+    /* transposed, row c holds src[0..31][c] */
+    transpose16_f32((float *)dst, ldd / 2, (const float *)&w[0][0], 32);
+    transpose16_f32((float *)(dst + 16 * ldd), ldd / 2, (const float *)&w[0][16], 32);
 }
 #endif
 
