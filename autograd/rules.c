@@ -382,11 +382,14 @@ static void bw_embedding(em_node *n, em_tensor *const *g, em_tensor **gin)
     else gin[0] = em_embedding_backward(g[0], IN(1), n->in[0].shape[0], pad);
 }
 
-/* dropout is linear in x with the mask of (seed, offset): running it again on g
- * with the same key gives g * mask / (1 - p) exactly, without saving the mask. */
+/* dropout is linear in x: g * mask / (1 - p), with the forward's mask (its
+ * out[1], saved: one byte an element, and no random numbers drawn again), or
+ * the mask the forward read (a backward recorded under create_graph). With
+ * neither, the key (seed, offset) regenerates the same mask. */
 static void bw_dropout(em_node *n, em_tensor *const *g, em_tensor **gin)
 {
-    gin[0] = em_dropout(g[0], n->saved.f[0], (uint64_t)n->saved.i[0], (uint64_t)n->saved.i[1], NULL);
+    em_tensor *mask = OUT(1) ? OUT(1) : IN(1);
+    gin[0] = em__dropout_masked(g[0], mask, n->saved.f[0], (uint64_t)n->saved.i[0], (uint64_t)n->saved.i[1]);
 }
 
 /* in: logits, target; out: loss, lse (saved, so backward is one pass) */
@@ -521,7 +524,7 @@ const em_rule em_rules[EM_NUM_OPS] = {
     [EM_OP_LOG_SOFTMAX] = DIFF(bw_softmax, 0, 1, GC),
     [EM_OP_LAYER_NORM] = DIFF1(bw_layer_norm, 3, 6, GC),
     [EM_OP_EMBEDDING] = DIFF(bw_embedding, 2, 0, GC),
-    [EM_OP_DROPOUT] = DIFF1(bw_dropout, 0, 0, GC),
+    [EM_OP_DROPOUT] = DIFF1(bw_dropout, 2, 2, GC),
     [EM_OP_CROSS_ENTROPY] = DIFF1(bw_cross_entropy, 3, 2, GC),
     [EM_OP_SDPA] = DIFF1(bw_sdpa, 15, 3, GC),
     [EM_OP_CAT] = DIFF(bw_cat, 0, 0, GC),

@@ -311,6 +311,20 @@ em_tensor *em_dropout(em_tensor *x, double p, uint64_t seed, uint64_t offset, em
     return r;
 }
 
+em_tensor *em__dropout_masked(em_tensor *g, em_tensor *mask, double p, uint64_t seed, uint64_t offset)
+{
+    EM_PROPAGATE_NULL(g);
+    bool usable = mask && em__live(mask, "em_dropout") && mask->dtype == EM_BOOL && em_is_contiguous(mask) &&
+                  em_numel(mask) == em_numel(g) && em_device_eq(mask->device, g->device);
+    if (!usable || !em_dtype_is_float(g->dtype)) return em_dropout(g, p, seed, offset, NULL);
+    em_scope_begin();
+    em_tensor *y = em__empty(g->ndim, g->shape, g->dtype, g->device);
+    em_kargs k = {.op = EM_OP_DROPOUT, .in = {g, mask}, .out = {y}, .f = {p}, .i = {(int64_t)seed, (int64_t)offset}};
+    em_tensor *r = keep_if(y && em__dispatch(&k) == EM_OK, y);
+    em_scope_end();
+    return r;
+}
+
 /* ---- cross-entropy -------------------------------------------------------------------------- */
 
 static bool check_ce(const char *op, em_tensor *logits, em_tensor *target, int64_t ignore_index, em_reduction red)

@@ -26,6 +26,12 @@ em_tensor *em__softmax_backward(em_tensor *y, em_tensor *dy, int dim, bool log);
 
 /* em_cross_entropy that also returns the per-row log-sum-exp of the logits
  * ([N]) in *lse when lse is non-NULL, for em__cross_entropy_backward. */
+/* Dropout's backward, g * mask / (1 - p): em_dropout's key and arithmetic,
+ * with the forward's mask (a contiguous bool tensor of g's shape, as
+ * em_dropout's *mask gives it) read instead of regenerated where the kernel
+ * can. mask NULL, or not such a tensor: regenerated from the key. */
+em_tensor *em__dropout_masked(em_tensor *g, em_tensor *mask, double p, uint64_t seed, uint64_t offset);
+
 em_tensor *em__cross_entropy(em_tensor *logits, em_tensor *target, int64_t ignore_index, em_reduction red,
                              em_tensor **lse);
 /* em_cross_entropy_backward from a saved lse (one pass over the logits instead of two). */

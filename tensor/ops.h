@@ -66,7 +66,10 @@ struct em_tensor;
        i[0]=padding_idx or -1; i[1]=1: out[0] (contiguous) is added into instead, each   \
        picked row += its rounded sum, rows no id picked (and padding_idx) untouched */   \
     X(EMBEDDING) X(EMBEDDING_BWD)                                                        \
-    /* DROPOUT: in[0]=x -> out[0]=y, out[1]=mask bool; f[0]=p; i[0]=seed, i[1]=offset */ \
+    /* DROPOUT: in[0]=x -> out[0]=y, out[1]=mask bool or NULL; f[0]=p; i[0]=seed,      \
+       i[1]=offset. in[1]: NULL, or the contiguous bool mask that this key gives for     \
+       x's shape (a forward's out[1], saved by autograd): a kernel may read it instead   \
+       of generating it; y is the same either way */                                     \
     X(DROPOUT)                                                                           \
     /* CROSS_ENTROPY: in[0]=logits [N,C], in[1]=target i64 [N] -> out[0]=loss ([] or [N]),\
        out[1]=lse f32 [N]; i[0]=ignore_index, i[1]=em_reduction.                         \

@@ -52,7 +52,7 @@ const em_op_def em_op_table[EM_NUM_OPS] = {
     ROW(LAYER_NORM_BWD, "layer_norm_backward", 5, 3, EM_CLASS_NN, false),
     ROW(EMBEDDING, "embedding", 2, 1, EM_CLASS_NN, true),
     ROW(EMBEDDING_BWD, "embedding_backward", 2, 1, EM_CLASS_NN, false),
-    ROW(DROPOUT, "dropout", 1, 2, EM_CLASS_NN, true),
+    ROW(DROPOUT, "dropout", 2, 2, EM_CLASS_NN, true),
     ROW(CROSS_ENTROPY, "cross_entropy", 2, 2, EM_CLASS_NN, true),
     ROW(CROSS_ENTROPY_BWD, "cross_entropy_backward", 4, 1, EM_CLASS_NN, false),
     ROW(CAT, "cat", 0, 1, EM_CLASS_SHAPE, true),

@@ -671,6 +671,39 @@ START_TEST(test_dropout_determinism_and_layout)
 }
 END_TEST
 
+/* The backward reads the forward's saved mask (no second Philox pass): the
+ * gradient has em_dropout's bits on the upstream gradient with the same key,
+ * and the kernel given a mask uses it (an all-kept mask gives g / (1 - p)
+ * everywhere, which the key's own mask would not). A mask that is not a
+ * contiguous bool tensor of g's size is not read: the key regenerates it. */
+START_TEST(test_dropout_backward_saved_mask)
+{
+    for (int di = 0; di < NFLOATS; di++) EM_SCOPE {
+            em_dtype dt = FLOATS[di];
+            const int64_t n = 4099;
+            double *xr, *wr;
+            em_tensor *x = em_requires_grad_(rnd(1, &n, dt, -1, 1, 181, &xr), true);
+            em_tensor *w = rnd(1, &n, dt, -1, 1, 182, &wr);
+            em_tensor *y = em_dropout(x, 0.3, 5, 2, NULL);
+            em_backward(em_sum(em_mul(y, w), 0, NULL, false));
+            em_tensor *want = em_dropout(w, 0.3, 5, 2, NULL);
+            ck_assert_msg(em_grad(x) && bytes_equal(em_grad(x), want), "dropout %s: backward differs from the mask",
+                          em_dtype_name(dt));
+            em_tensor *all = em_ones(1, &n, EM_BOOL, EM_CPU);
+            double *got = tu_to_doubles(em__dropout_masked(w, all, 0.3, 5, 2)), *dv = tu_to_doubles(w);
+            int64_t zeros = 0;
+            for (int64_t i = 0; i < n; i++) zeros += got[i] == 0.0 && dv[i] != 0.0;
+            ck_assert_msg(zeros == 0, "dropout %s: the given mask was not read (%lld dropped)", em_dtype_name(dt),
+                          (long long)zeros);
+            int64_t n2[2] = {1, n - 1};
+            em_tensor *short_mask = em_ones(2, n2, EM_BOOL, EM_CPU);
+            ck_assert(bytes_equal(em__dropout_masked(w, short_mask, 0.3, 5, 2), want));
+            ck_assert(bytes_equal(em__dropout_masked(w, NULL, 0.3, 5, 2), want));
+            free(xr), free(wr), free(got), free(dv);
+        }
+}
+END_TEST
+
 /* ---- cross-entropy ---------------------------------------------------------------------- */
 
 START_TEST(test_cross_entropy_forward)
@@ -882,7 +915,7 @@ static Suite *make_suite(void)
                  test_layer_norm_backward_fd, test_layer_norm_backward_dtypes,
                  test_layer_norm_backward_deterministic, test_embedding_forward, test_embedding_backward,
                  test_embedding_backward_deterministic, test_dropout_p0_p1, test_dropout_statistics,
-                 test_dropout_determinism_and_layout, test_cross_entropy_forward, test_cross_entropy_edges,
+                 test_dropout_determinism_and_layout, test_dropout_backward_saved_mask, test_cross_entropy_forward, test_cross_entropy_edges,
                  test_cross_entropy_backward, test_no_leaks);
     tu_add_misuse_tests(tu_case(s, "misuse", 0), misuse_softmax_int, misuse_softmax_dim,
                         misuse_softmax_bwd_shape, misuse_ln_weight, misuse_ln_weight_dtype, misuse_ln_bwd_stats,

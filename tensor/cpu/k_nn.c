@@ -407,7 +407,9 @@ int em_cpu_EMBEDDING_BWD(const em_kargs *k)
  * e%4: it is kept iff u >= p with u = em__u32_to_unit(lane), and then scaled
  * by 1/(1-p) (f32 arithmetic for f32/f16/bf16). Since u = (bits >> 8) * 2^-24,
  * u >= p is exactly (bits >> 8) >= ceil(p * 2^24), an integer test that
- * vectorizes. The mask is the same on every device and for every layout. */
+ * vectorizes. The mask is the same on every device and for every layout.
+ * A given mask (in[1], contiguous bool: the one this key gives) is read
+ * instead of drawn: a backward then costs one pass and no Philox. */
 int em_cpu_DROPOUT(const em_kargs *k)
 {
     enum { CHUNK = 1024 };   /* elements per task (256 Philox blocks) */
@@ -418,6 +420,7 @@ int em_cpu_DROPOUT(const em_kargs *k)
     int64_t n = em_numel(x);
     if (n == 0) return EM_OK;
     uint8_t *mp = mask ? (uint8_t *)data_of(mask) + mask->offset : NULL;
+    const uint8_t *given = k->in[1] ? (const uint8_t *)data_of(k->in[1]) + k->in[1]->offset : NULL;
     bool contig = em_is_contiguous(x), dbl = x->dtype == EM_F64;
     bool fast = contig && x->dtype == EM_F32 && y->dtype == EM_F32;
     bool fast_bf16 = contig && x->dtype == EM_BF16 && y->dtype == EM_BF16;   /* autocast's activations */
@@ -433,7 +436,9 @@ int em_cpu_DROPOUT(const em_kargs *k)
         uint32_t bits[CHUNK];
         uint8_t keep[CHUNK];
         int64_t e0 = c * CHUNK, len = n - e0 < CHUNK ? n - e0 : CHUNK;
-        if (p > 0.0 && p < 1.0) {
+        if (given) {
+            memcpy(keep, given + e0, (size_t)len);
+        } else if (p > 0.0 && p < 1.0) {
             /* 64 elements = 16 blocks per call (CHUNK is a multiple of 64, e0 of 4) */
             for (int64_t i = 0; i < len; i += 64)
                 em__philox_batch16(seed, offset + (uint64_t)(e0 + i) / 4, (uint32_t(*)[4])(bits + i));
