@@ -412,9 +412,13 @@ static void bw_sdpa(em_node *n, em_tensor *const *g, em_tensor **gin)
     uint64_t seed = (uint64_t)n->saved.i[0], offset = (uint64_t)n->saved.i[1];
     bool pad_queries = n->saved.i[2] != 0;
     {
-        em_tensor *dout = em_contiguous(g[0]);
-        em_tensor *dq = em_empty(GEOM(0), q->dtype, n->device), *dk = em_empty(GEOM(1), k->dtype, n->device);
-        em_tensor *dv = em_empty(GEOM(2), v->dtype, n->device);
+        /* the CPU kernels read dout with any strides and write gradients in
+         * em__sdpa_result's layout (no copies around the heads' split and merge) */
+        bool cpu = n->device.type == EM_DEVICE_CPU;
+        em_tensor *dout = cpu ? g[0] : em_contiguous(g[0]);
+        em_tensor *dq = em__sdpa_result(n->in[0].shape, q->dtype, n->device);
+        em_tensor *dk = em__sdpa_result(n->in[1].shape, k->dtype, n->device);
+        em_tensor *dv = em__sdpa_result(n->in[2].shape, v->dtype, n->device);
         if (dout && dq && dk && dv &&
             em__sdpa_backward(dq, dk, dv, q, k, v, lens, scale, OUT(0), OUT(1), dout, p_drop, seed, offset,
                               pad_queries) == EM_OK) {

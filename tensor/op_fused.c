@@ -97,9 +97,9 @@ em_status em__sdpa_backward(em_tensor *dq, em_tensor *dk, em_tensor *dv, em_tens
     static const char op[] = "sdpa_backward";
     em_tensor *outs[] = {dq, dk, dv};
     for (int i = 0; i < 3; i++)
-        if (!outs[i] || !em__live(outs[i], op) || !em_is_contiguous(outs[i])) {
+        if (!outs[i] || !em__live(outs[i], op) || outs[i]->ndim != 4 || (outs[i]->stride[3] != 1 && outs[i]->shape[3] > 1)) {
             if (outs[i] && outs[i]->magic == EM_TENSOR_LIVE)
-                em__misuse(op, "gradient %d %s must be contiguous", i, em__shape_str(outs[i]));
+                em__misuse(op, "gradient %d %s must be [B,H,S,D] with D contiguous", i, em__shape_str(outs[i]));
             else if (!outs[i]) em__misuse(op, "gradient %d is NULL", i);
             return EM_ERR_INVALID;
         }

@@ -150,6 +150,13 @@ em_tensor *em__sdpa_lens_mask(em_tensor *lens, int64_t sk)
     return r;
 }
 
+em_tensor *em__sdpa_result(const int64_t shape[4], em_dtype dtype, em_device device)
+{
+    if (device.type != EM_DEVICE_CPU) return em__empty(4, shape, dtype, device);
+    int64_t bshd[4] = {shape[0], shape[2], shape[1], shape[3]};
+    return em_permute(em__empty(4, bshd, dtype, device), (const int[]){0, 2, 1, 3});
+}
+
 em_tensor *em__sdpa(em_tensor *q, em_tensor *k, em_tensor *v, em_tensor *lens, double dropout_p, uint64_t seed,
                     uint64_t offset, bool pad_queries)
 {
@@ -173,7 +180,7 @@ em_tensor *em__sdpa(em_tensor *q, em_tensor *k, em_tensor *v, em_tensor *lens, d
     em_tensor *l32 = lens ? em_contiguous(em_to_dtype(lens, EM_I32)) : NULL;
     int64_t oshape[4] = {q->shape[0], q->shape[1], q->shape[2], q->shape[3]};
     int64_t lshape[4] = {q->shape[0], q->shape[1], q->shape[2], 1};
-    em_tensor *out = em__empty(4, oshape, q->dtype, q->device), *lse = em__empty(4, lshape, EM_F32, q->device);
+    em_tensor *out = em__sdpa_result(oshape, q->dtype, q->device), *lse = em__empty(4, lshape, EM_F32, q->device);
     if (out && lse && (!lens || l32)) {
         em_kargs ka = {.op = EM_OP_SDPA, .in = {q, k, v, l32}, .out = {out, lse},
                        .f = {1.0 / sqrt((double)q->shape[3]), dropout_p}, .i = {(int64_t)seed, (int64_t)offset, pad_queries && lens}};

@@ -62,7 +62,15 @@ em_tensor *em_scaled_dot_product_attention(em_tensor *q, em_tensor *k, em_tensor
  * only f16 and bf16 without dropout, some head dims and layouts) it returns
  * the composed ops' result instead. On the CPU it runs tensor/cpu/k_sdpa.c.
  * pad_queries (with lens): query rows i >= lens[b] are padding whose output
- * nobody reads; the CPU kernel skips them (writes 0), a fallback computes them. */
+ * nobody reads; the CPU kernel skips them (writes 0), a fallback computes them.
+ * On the CPU the result is a [B,H,Sq,D] view of a [B,Sq,H,D] storage: the
+ * heads' merge, permute(0, 2, 1, 3) and a reshape to [B,Sq,H*D], is then a view,
+ * not a copy (em__sdpa_result). */
+/* An empty [B,H,S,D] tensor for an attention output or gradient (scope-owned):
+ * on the CPU a permuted view of a contiguous [B,S,H,D] (the layout the heads
+ * were split from and are merged back into), elsewhere contiguous. */
+em_tensor *em__sdpa_result(const int64_t shape[4], em_dtype dtype, em_device device);
+
 em_tensor *em__sdpa(em_tensor *q, em_tensor *k, em_tensor *v, em_tensor *lens, double dropout_p, uint64_t seed,
                     uint64_t offset, bool pad_queries);
 /* The bool key mask [B,1,1,Sk] (j < lens[b]) of lens [B] (for the rule and the fallback). */

@@ -92,7 +92,8 @@ struct em_tensor;
        weights, keyed like DROPOUT by i[0]=seed, i[1]=offset; i[2]=1: queries i >=      \
        lens[b] are padding, their rows of out[0], out[1] and of q's gradient are 0 (a  \
        composed fallback computes them; callers must not read them) -> out[0]         \
-       [B,H,Sq,D], out[1]=lse f32 [B,H,Sq,1] (logsumexp of the masked scaled scores). A \
+       [B,H,Sq,D] (D contiguous, other strides any: em__sdpa_result), out[1]=lse f32   \
+       [B,H,Sq,1] (logsumexp of the masked scaled scores). A                            \
        decline a case with EM_ERR_UNSUPPORTED, no error set (cuDNN's engine: half types \
        only, no dropout); em__sdpa then composes it (op_grad.c). */                      \
     X(SDPA)                                                                              \
@@ -117,9 +118,10 @@ struct em_tensor;
        place by f[0] (skipped when f[0] == 1) -> out[0] f32 [1] on that device: 1 when \
        any element was inf/NaN before scaling, else 0 (GradScaler's unscale).          \
        SDPA_BWD: SDPA's gradient in one pass: in[0..2]=q, k, v, in[3]=lens or NULL,   \
-       in[4]=out, in[5]=lse (SDPA's outputs), in[6]=dout (contiguous, out's shape);   \
+       in[4]=out, in[5]=lse (SDPA's outputs), in[6]=dout (out's shape, any strides);  \
        f[0]=scale, f[1]=dropout p, i[0]=seed, i[1]=offset, i[2]=pad_queries, as SDPA  \
-       -> out[0..2]=dq, dk, dv (contiguous). A kernel may decline a case with          \
+       -> out[0..2]=dq, dk, dv (D contiguous, other strides any). A kernel may decline \
+       a layout it does not take (cuDNN: contiguous only), or a case, with              \
        EM_ERR_UNSUPPORTED, nothing written, no error set (autograd then composes). */  \
     X(ADAMW_STEP) X(UNSCALE) X(SDPA_BWD)
 

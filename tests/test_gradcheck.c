@@ -746,6 +746,52 @@ START_TEST(sdpa_fused_cpu_matches_composed_with_dropout)
 }
 END_TEST
 
+/* The CPU kernels write their outputs (o; dq, dk, dv) as [B,H,S,D] views of
+ * [B,S,H,D] storage, so that merging the heads back is a view (em__sdpa_result),
+ * and read dout with any strides. Every layout gives the same bits: a strided
+ * dout and [B,S,H,D] gradients against contiguous ones, NaN-filled first so
+ * that an element left unwritten (a padding row's zeros included) shows. f32,
+ * and bf16 on both kernels (AMX where it runs, the f32-math one). */
+START_TEST(sdpa_cpu_layouts_give_the_same_bits)
+{
+    const int64_t Bn = 2, Hn = 3, Sq = 69, Sk = 40, Dn = 40;
+    const int64_t qs[4] = {Bn, Hn, Sq, Dn}, ks[4] = {Bn, Hn, Sk, Dn}, ls[4] = {Bn, Hn, Sq, 1};
+    for (int variant = 0; variant < 3; variant++) EM_SCOPE {
+            em_dtype dt = variant == 0 ? EM_F32 : EM_BF16;
+            bool amx_was = em__sdpa_amx_set(variant != 2);
+            em_tensor *q = em_transpose(em_to_dtype(R(EM_SHAPE(Bn, Sq, Hn, Dn), -1, 1), dt), 1, 2);
+            em_tensor *k = em_transpose(em_to_dtype(R(EM_SHAPE(Bn, Sk, Hn, Dn), -1, 1), dt), 1, 2);
+            em_tensor *v = em_transpose(em_to_dtype(R(EM_SHAPE(Bn, Sk, Hn, Dn), -1, 1), dt), 1, 2);
+            em_tensor *lens = em_from_data((const int32_t[]){40, 29}, EM_SHAPE(2), EM_I32);
+            em_tensor *o = em__sdpa(q, k, v, lens, 0.1, 9, 77, true);
+            ck_assert_msg(em_is_contiguous(em_permute(o, (const int[]){0, 2, 1, 3})),
+                          "%s: the output is not [B,S,H,D] in memory", em_dtype_name(dt));
+            ck_assert(bytes_equal(em_contiguous(o), em_contiguous(em__sdpa(q, k, v, lens, 0.1, 9, 77, true))));
+            em_tensor *g_strided = em_transpose(em_to_dtype(R(EM_SHAPE(Bn, Sq, Hn, Dn), -1, 1), dt), 1, 2);
+            em_tensor *g_contig = em_contiguous(g_strided);
+            em_tensor *lse = em_empty(4, ls, EM_F32, EM_CPU);
+            em_tensor *a[3], *c[3];
+            const int64_t *shp[3] = {qs, ks, ks};
+            for (int i = 0; i < 3; i++) {
+                a[i] = em__sdpa_result(shp[i], dt, EM_CPU);
+                c[i] = em_empty(4, shp[i], dt, EM_CPU);
+                em_fill_(a[i], NAN);
+                em_fill_(c[i], NAN);
+            }
+            ck_assert_int_eq(em__sdpa_backward(a[0], a[1], a[2], q, k, v, lens, 0.125, o, lse, g_strided, 0.1, 9, 77,
+                                               true), EM_OK);
+            ck_assert_int_eq(em__sdpa_backward(c[0], c[1], c[2], q, k, v, lens, 0.125, o, lse, g_contig, 0.1, 9, 77,
+                                               true), EM_OK);
+            for (int i = 0; i < 3; i++) {
+                ck_assert_msg(bytes_equal(em_contiguous(a[i]), c[i]), "%s variant %d: gradient %d differs by layout",
+                              em_dtype_name(dt), variant, i);
+                ck_assert_msg(em_item(em_sum(em_to_dtype(em_ne(c[i], c[i]), EM_F32), 0, NULL, false)) == 0, "gradient %d: unwritten", i);
+            }
+            em__sdpa_amx_set(amx_was);
+        }
+}
+END_TEST
+
 /* The bf16 AMX kernels against the f32-math kernel on the same bf16 inputs, on
  * shapes that exercise their padding: two query blocks, the second of odd
  * length (7, padded to 32); 40 keys (64 padded); head dim 40 (64 padded); a
@@ -799,6 +845,7 @@ int main(void)
     tcase_add_test(tc, sdpa_forward_matches_loops);
     tcase_add_test(tc, sdpa_gradcheck_with_padding_mask_and_dropout);
     tcase_add_test(tc, sdpa_fused_cpu_matches_composed_with_dropout);
+    tcase_add_test(tc, sdpa_cpu_layouts_give_the_same_bits);
     tcase_add_loop_test(tc, unary_backward_kernels_match_reference, 0, 8 * N_BWD_CASES);
     suite_add_tcase(s, tc);
     TCase *tm = tcase_create("misuse");

@@ -6,6 +6,7 @@
 #ifndef EMBER_CPU_K_SDPA_H
 #define EMBER_CPU_K_SDPA_H
 
+#include "tensor/bf16x16.h"
 #include "tensor/cpu/cpu.h"
 #include "tensor/cpu/transpose.h"
 
@@ -34,40 +35,53 @@ static inline double lowest(em_dtype dt)
 
 /* ---- rows of the outputs -------------------------------------------------------------- */
 
-/* R rows of D f32 values (src row stride ld) to the contiguous t from element offset off */
-static inline void store_rows32(em_tensor *t, int64_t off, const float *src, int64_t R, int64_t D, int64_t ld)
+/* An output of the fused kernels is [B,H,S,D] with its last dim contiguous
+ * (stride[3] == 1) and any other strides: the op allocates [B,H,S,D] itself,
+ * or a [B,S,H,D] storage seen through a permuted view, so that the heads'
+ * merge back to [B,S,H*D] is a view and not a copy (tensor/op_grad.c). Row s
+ * of pair (b, h) starts at off4; rows of a pair are one run when
+ * stride[2] == D. */
+static inline int64_t off4(const em_tensor *t, int64_t b, int64_t h, int64_t s)
 {
-    size_t es = em_dtype_size(t->dtype);
-    char *dst = (char *)t->storage->data + (size_t)off * es;
-    if (D == ld) em__convert_n(dst, t->dtype, src, EM_F32, R * D);
-    else
-        for (int64_t r = 0; r < R; r++) em__convert_n(dst + (size_t)(r * D) * es, t->dtype, src + r * ld, EM_F32, D);
+    return t->offset + b * t->stride[0] + h * t->stride[1] + s * t->stride[2];
 }
 
-/* n elements at element offset off of the contiguous t from src (cdt). */
+/* n elements at element offset off of t from src (cdt). */
 static inline void store_vec(em_tensor *t, int64_t off, const void *src, em_dtype cdt, int64_t n)
 {
     em__convert_n((char *)t->storage->data + (size_t)off * em_dtype_size(t->dtype), t->dtype, src, cdt, n);
 }
 
-/* R rows of D elements (src stride pad16(D)) to the contiguous t from element offset off */
-static inline void store_rows(em_tensor *t, int64_t off, const void *src, em_dtype cdt, int64_t R, int64_t D)
+/* Rows s0 .. s0 + R of pair (b, h) of t, D values each, from src (cdt, row stride ld). */
+static inline void store_rows_at(em_tensor *t, int64_t b, int64_t h, int64_t s0, const void *src, em_dtype cdt,
+                                 int64_t R, int64_t D, int64_t ld)
 {
     size_t cs = em_dtype_size(cdt);
-    if (D == pad16(D)) store_vec(t, off, src, cdt, R * D);   /* one run */
+    if (D == ld && t->stride[2] == D) store_vec(t, off4(t, b, h, s0), src, cdt, R * D);   /* one run */
+#if defined(EM__HAVE_BF16X16)
+    else if (t->dtype == EM_BF16 && cdt == EM_F32)   /* rows apart: inline, em__convert_n's bits */
+        for (int64_t r = 0; r < R; r++) {
+            uint16_t *o = (uint16_t *)t->storage->data + off4(t, b, h, s0 + r);
+            const float *x = (const float *)src + r * ld;
+            for (int64_t j = 0; j < D; j += 16) {
+                __mmask16 m = D - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (D - j)) - 1);
+                em__bf16x16_store_mask(o + j, m, _mm512_maskz_loadu_ps(m, x + j));
+            }
+        }
+#endif
     else
-        for (int64_t r = 0; r < R; r++) store_vec(t, off + r * D, (const char *)src + (size_t)(r * pad16(D)) * cs, cdt, D);
+        for (int64_t r = 0; r < R; r++) store_vec(t, off4(t, b, h, s0 + r), (const char *)src + (size_t)(r * ld) * cs, cdt, D);
 }
 
-/* n elements of the contiguous t from element offset off set to 0 */
-static inline void zero_rows(em_tensor *t, int64_t off, int64_t n)
+/* Rows s0 .. s0 + R of pair (b, h) of t (D values each) set to 0. */
+static inline void zero_rows_at(em_tensor *t, int64_t b, int64_t h, int64_t s0, int64_t R, int64_t D)
 {
-    if (n > 0) memset((char *)t->storage->data + (size_t)off * em_dtype_size(t->dtype), 0, (size_t)n * em_dtype_size(t->dtype));
-}
-
-static inline int64_t off4(const em_tensor *t, int64_t b, int64_t h, int64_t s)
-{
-    return t->offset + b * t->stride[0] + h * t->stride[1] + s * t->stride[2];
+    size_t es = em_dtype_size(t->dtype);
+    char *base = (char *)t->storage->data;
+    if (R <= 0) return;
+    if (t->stride[2] == D) memset(base + (size_t)off4(t, b, h, s0) * es, 0, (size_t)(R * D) * es);
+    else
+        for (int64_t r = 0; r < R; r++) memset(base + (size_t)off4(t, b, h, s0 + r) * es, 0, (size_t)D * es);
 }
 
 static inline int64_t key_len(const em_tensor *lens, int64_t b, int64_t sk)

@@ -252,9 +252,9 @@ void em__sdpa_amx_forward(const em_kargs *k, const drop *dr, char *ws, int64_t b
         if (dr->p > 0) apply_drop(w.s, w.s, dr, w.keep, R, Kp, pg.skbp);
         round_rows(w.p16, Kp, w.s, Kp, R, Rp, Kp);
         mm(Rp, Dp, Kp, w.p16, Kp, (const uint32_t *)w.vi, Dp, w.o, Dp, false);
-        store_rows32(out, out->offset + row0 * D, w.o, R, D, Dp);
+        store_rows_at(out, b, h, i0, w.o, EM_F32, R, D, Dp);
     }
-    zero_rows(out, out->offset + (base + pg.sqb) * D, (Sq - pg.sqb) * D);
+    zero_rows_at(out, b, h, pg.sqb, Sq - pg.sqb, D);
     for (int64_t i = pg.sqb; i < Sq; i++) lp[base + i] = 0;
 }
 
@@ -264,7 +264,7 @@ void em__sdpa_amx_backward(em_tensor *const *t, double sc, bool pad_queries, con
 {
     em_tensor *dq = t[0], *dk = t[1], *dv = t[2];
     const em_tensor *q = t[3], *kk = t[4], *v = t[5], *g = t[7];
-    int64_t H = q->shape[1], Sq = q->shape[2], D = q->shape[3], Sk = kk->shape[2], Dp = pad32(D);
+    int64_t Sq = q->shape[2], D = q->shape[3], Sk = kk->shape[2], Dp = pad32(D);
     pair_geom pg = geom_of(t[6], b, Sq, Sk, pad_queries);
     int64_t Kp = pad32(pg.skb), len = pg.len;
     amx_ws w;
@@ -276,16 +276,10 @@ void em__sdpa_amx_backward(em_tensor *const *t, double sc, bool pad_queries, con
     memset(w.dkt, 0, sizeof(float) * (size_t)(Kp * Dp));
     memset(w.dvt, 0, sizeof(float) * (size_t)(Kp * Dp));
     float scale = (float)sc;
-    int64_t base = (b * H + h) * Sq;
     for (int64_t i0 = 0; i0 < pg.sqb; i0 += QB) {
-        int64_t R = pg.sqb - i0 < QB ? pg.sqb - i0 : QB, Rp = pad32(R), row0 = base + i0;
+        int64_t R = pg.sqb - i0 < QB ? pg.sqb - i0 : QB, Rp = pad32(R);
         load_rows(w.q, q, b, h, i0, R, Rp, D, Dp);
-        for (int64_t r = 0; r < R; r++) {   /* dO rows (contiguous) */
-            memcpy(w.g + r * Dp, (const uint16_t *)g->storage->data + g->offset + (row0 + r) * D,
-                   sizeof(uint16_t) * (size_t)D);
-            memset(w.g + r * Dp + D, 0, sizeof(uint16_t) * (size_t)(Dp - D));
-        }
-        memset(w.g + R * Dp, 0, sizeof(uint16_t) * (size_t)((Rp - R) * Dp));
+        load_rows(w.g, g, b, h, i0, R, Rp, D, Dp);   /* dO rows */
         weights(&w, q, &pg, Kp, sc, dr, b, h, i0, R, Rp, Dp, NULL);
         /* dV^T += dO^T bf16(Pd) */
         if (dr->p > 0) apply_drop(w.dp, w.s, dr, w.keep, R, Kp, pg.skbp);
@@ -306,20 +300,19 @@ void em__sdpa_amx_backward(em_tensor *const *t, double sc, bool pad_queries, con
         round_rows(w.p16, Kp, w.dp, Kp, R, Rp, Kp);   /* bf16(dS) */
         /* dQ = bf16(dS) K */
         mm(Rp, Dp, Kp, w.p16, Kp, (const uint32_t *)w.ki, Dp, w.o, Dp, false);
-        store_rows32(dq, dq->offset + row0 * D, w.o, R, D, Dp);
+        store_rows_at(dq, b, h, i0, w.o, EM_F32, R, D, Dp);
         /* dK^T += Q^T bf16(dS) */
         interleave_rows(w.pi, w.p16, Kp, Rp, Kp);
         transpose_bf16(w.qt, Rp, w.q, Dp, Rp, Dp);
         mm(Dp, Kp, Rp, w.qt, Rp, (const uint32_t *)w.pi, Kp, w.dkt, Kp, true);
     }
-    zero_rows(dq, dq->offset + (base + pg.sqb) * D, (Sq - pg.sqb) * D);
-    int64_t kb = (b * H + h) * Sk;
+    zero_rows_at(dq, b, h, pg.sqb, Sq - pg.sqb, D);
     transpose_f32(w.dkv, Dp, w.dkt, Kp, Dp, Kp);
-    store_rows32(dk, dk->offset + kb * D, w.dkv, pg.skb, D, Dp);
+    store_rows_at(dk, b, h, 0, w.dkv, EM_F32, pg.skb, D, Dp);
     transpose_f32(w.dkv, Dp, w.dvt, Kp, Dp, Kp);
-    store_rows32(dv, dv->offset + kb * D, w.dkv, pg.skb, D, Dp);
-    zero_rows(dk, dk->offset + (kb + pg.skb) * D, (Sk - pg.skb) * D);
-    zero_rows(dv, dv->offset + (kb + pg.skb) * D, (Sk - pg.skb) * D);
+    store_rows_at(dv, b, h, 0, w.dkv, EM_F32, pg.skb, D, Dp);
+    zero_rows_at(dk, b, h, pg.skb, Sk - pg.skb, D);
+    zero_rows_at(dv, b, h, pg.skb, Sk - pg.skb, D);
 }
 
 #else
