@@ -108,16 +108,25 @@ static void bw_copy(em_node *n, em_tensor *const *g, em_tensor **gin)
 }
 
 /* ---- binary: gradients are reduced back to each input's (broadcast) shape ------ */
+
+/* t in input i's dtype: an add or sub of f32 with a bf16/f16 operand runs
+ * without a cast on the CPU (op_elementwise.c), so the f32 gradient goes back
+ * converted, as the cast's own backward would have converted it. */
+static em_tensor *in_dtype(em_node *n, int i, em_tensor *t)
+{
+    return t && t->dtype != n->in[i].dtype ? em_to_dtype(t, n->in[i].dtype) : t;
+}
+
 static void bw_add(em_node *n, em_tensor *const *g, em_tensor **gin)
 {
-    if (NEEDS(0)) gin[0] = em__sum_to(g[0], GEOM(0));
-    if (NEEDS(1)) gin[1] = em__sum_to(g[0], GEOM(1));
+    if (NEEDS(0)) gin[0] = in_dtype(n, 0, em__sum_to(g[0], GEOM(0)));
+    if (NEEDS(1)) gin[1] = in_dtype(n, 1, em__sum_to(g[0], GEOM(1)));
 }
 
 static void bw_sub(em_node *n, em_tensor *const *g, em_tensor **gin)
 {
-    if (NEEDS(0)) gin[0] = em__sum_to(g[0], GEOM(0));
-    if (NEEDS(1)) gin[1] = em__sum_to(em_neg(g[0]), GEOM(1));
+    if (NEEDS(0)) gin[0] = in_dtype(n, 0, em__sum_to(g[0], GEOM(0)));
+    if (NEEDS(1)) gin[1] = in_dtype(n, 1, em__sum_to(em_neg(g[0]), GEOM(1)));
 }
 
 static void bw_mul(em_node *n, em_tensor *const *g, em_tensor **gin)

@@ -84,6 +84,7 @@ static const char *rule_text(dtype_rule r)
 }
 
 static bool is_16_or_32(em_dtype dt) { return dt == EM_F32 || dt == EM_F16 || dt == EM_BF16; }
+static bool is_half(em_dtype dt) { return dt == EM_F16 || dt == EM_BF16; }
 
 static em_tensor *binary(em_op op, const char *name, dtype_rule rule, em_tensor *a, em_tensor *b)
 {
@@ -92,6 +93,18 @@ static em_tensor *binary(em_op op, const char *name, dtype_rule rule, em_tensor 
     EM_PROPAGATE_NULL_IN(name, a, b);
     EM_CHECK(em_device_eq(a->device, b->device), name, "device mismatch %s vs %s", dev_name(a->device),
              dev_name(b->device));
+    if ((op == EM_OP_ADD || op == EM_OP_SUB) && a->device.type == EM_DEVICE_CPU &&
+        ((a->dtype == EM_F32 && is_half(b->dtype)) || (is_half(a->dtype) && b->dtype == EM_F32))) {
+        /* f32 with f16/bf16 on the CPU: no cast, the kernel widens the half
+         * operand in chunks (the same f32 sum; the residual stream's adds under
+         * autocast). The rule converts that operand's gradient back. */
+        int nd;
+        int64_t shape[EM_MAX_DIMS];
+        EM_CHECK(em__broadcast_shapes(a->ndim, a->shape, b->ndim, b->shape, &nd, shape), name,
+                 "cannot broadcast %s with %s", em__shape_str(a), em__shape_str(b));
+        em_tensor *in[2] = {a, b};
+        return launch(op, 2, in, nd, shape, EM_F32, 0);
+    }
     if (a->dtype != b->dtype && is_16_or_32(a->dtype) && is_16_or_32(b->dtype)) {
         /* f32 with f16/bf16, or f16 with bf16: both in f32 */
         em_scope_begin();

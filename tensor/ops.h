@@ -31,7 +31,8 @@ struct em_tensor;
     X(FILL) X(ARANGE) X(EYE)                                                             \
     /* COPY: in[0] -> out[0], same shape, any layouts and dtypes (out may be strided) */ \
     X(COPY)                                                                              \
-    /* binary: in[0], in[1] broadcastable to out's shape (the kernel broadcasts); same dtype; cmp ops out EM_BOOL */  \
+    /* binary: in[0], in[1] broadcastable to out's shape (the kernel broadcasts); same dtype; cmp ops out EM_BOOL. \
+       ADD, SUB on the CPU also take f32 with one f16/bf16 operand -> out f32 (widened exactly, f32 math) */  \
     X(ADD) X(SUB) X(MUL) X(DIV) X(POW) X(MAXIMUM) X(MINIMUM)                             \
     X(EQ) X(NE) X(LT) X(LE) X(GT) X(GE)                                                  \
     /* unary: in[0] -> out[0], same shape and dtype; the list is tensor/unary_ops.h */   \

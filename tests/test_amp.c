@@ -694,6 +694,38 @@ START_TEST(promotion_gradients)
 }
 END_TEST
 
+/* f32 + bf16 (and - , either order, f16 too, broadcast) on the CPU runs as one
+ * add: no cast op, the same bits as casting first (forward and both
+ * gradients, the half operand's gradient back in its dtype). */
+START_TEST(mixed_add_without_cast)
+{
+    const em_dtype halves[2] = {EM_BF16, EM_F16};
+    for (int hi = 0; hi < 2; hi++)
+        for (int op = 0; op < 2; op++)
+            for (int order = 0; order < 2; order++)
+                for (int bcast = 0; bcast < 2; bcast++) EM_SCOPE {
+                        em_dtype ht = halves[hi];
+                        int64_t fs[2] = {33, 70}, hs[2] = {bcast ? 1 : 33, 70};
+                        em_tensor *f = param(2, fs, 3.0, 11 + (uint64_t)hi), *h0 = param(2, hs, 3.0, 21 + (uint64_t)op);
+                        em_tensor *h = em_requires_grad_(em_to_dtype(em_detach(h0), ht), true);
+                        em_tensor *f2 = em_requires_grad_(em_detach(em_clone(f)), true);
+                        em_tensor *h2 = em_requires_grad_(em_detach(em_clone(h)), true);
+                        em_tensor *(*fn)(em_tensor *, em_tensor *) = op ? em_sub : em_add;
+                        em_tensor *y = order ? fn(h, f) : fn(f, h);
+                        em_tensor *hw = em_to_dtype(h2, EM_F32);
+                        em_tensor *y2 = order ? fn(hw, f2) : fn(f2, hw);
+                        ck_assert_int_eq(y->dtype, EM_F32);
+                        ck_assert_str_eq(em_grad_fn_name(y), op ? "sub" : "add");   /* no cast in between */
+                        ck_assert(bits_equal(y, y2));
+                        em_tensor *w = param(2, fs, 1.0, 31);
+                        em_backward(em_sum(em_mul(y, w), 0, NULL, false));
+                        em_backward(em_sum(em_mul(y2, w), 0, NULL, false));
+                        ck_assert_int_eq(em_grad(h)->dtype, ht);
+                        ck_assert(bits_equal(em_grad(h), em_grad(h2)) && bits_equal(em_grad(f), em_grad(f2)));
+                    }
+}
+END_TEST
+
 START_TEST(weights_cast_once_per_region)
 {
     em_scope_begin();
@@ -1015,6 +1047,7 @@ static Suite *make_suite(void)
     if (!getenv("CK_FORK") || strcmp(getenv("CK_FORK"), "no") != 0)   /* needs a fresh process */
         tcase_add_test(ta, gemm_bf16_contract_without_onednn);
     tcase_add_test(ta, distilbert_bf16_tracks_f32);
+    tcase_add_test(ta, mixed_add_without_cast);
     tu_add_misuse_tests(tu_case(s, "misuse", 0), misuse_unscale_twice, misuse_unscale_after_step, misuse_step_twice,
                         misuse_update_without_checks, misuse_step_without_grads, misuse_growth_factor,
                         misuse_backoff_factor, misuse_autocast_dtype, misuse_autocast_unbalanced,
