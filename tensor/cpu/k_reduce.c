@@ -232,9 +232,17 @@ DEF_RUN_A(run_a_bf16, uint16_t, ld_bf16, s)
 
 /* Outer orientation: n reduced positions, stride s (elements) apart starting
  * at p, the first with reduced index r0; at each, w contiguous elements, one
- * per output: element j folds into acc[j] (and idx[j]). */
+ * per output: element j folds into acc[j] (and idx[j]). Each output is one
+ * running sum in a fixed order whatever the vector width, so these loops take
+ * 512-bit vectors where gcc would prefer 256 (same bits, twice the lanes;
+ * not inlined, or the caller's preference would win). */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__AVX512F__)
+#define WIDE_VECTORS __attribute__((target("prefer-vector-width=512"), noinline))
+#else
+#define WIDE_VECTORS
+#endif
 #define DEF_RUN_B(NAME, CT, LD)                                                                    \
-    static void NAME(int kind, const void *vp, int64_t n, int64_t s, int64_t w, int64_t r0,        \
+    static WIDE_VECTORS void NAME(int kind, const void *vp, int64_t n, int64_t s, int64_t w, int64_t r0,        \
                      const double *prm, double pw, double *restrict acc, int64_t *restrict idx)    \
     {                                                                                              \
         typedef CT elem_t;                                                                         \
