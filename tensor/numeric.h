@@ -64,6 +64,14 @@ static inline bool em__cpu_has_fma(void)
 #else
 #define EM__WIDE_VECTORS
 #endif
+/* The same for one function of a file that also holds reductions whose bits
+ * depend on the width (k_reduce.c's column sums): not inlined, since a caller's
+ * own preference would win once the function is inlined into it. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define EM__WIDE_VECTORS_FN __attribute__((target("prefer-vector-width=512"), noinline))
+#else
+#define EM__WIDE_VECTORS_FN
+#endif
 
 /* Runs BODY with int64_t variables b, e bound to pieces of [0, n) on OpenMP
  * threads (one piece when n < grain or inside a parallel region). Pieces start

@@ -234,15 +234,11 @@ DEF_RUN_A(run_a_bf16, uint16_t, ld_bf16, s)
  * at p, the first with reduced index r0; at each, w contiguous elements, one
  * per output: element j folds into acc[j] (and idx[j]). Each output is one
  * running sum in a fixed order whatever the vector width, so these loops take
- * 512-bit vectors where gcc would prefer 256 (same bits, twice the lanes;
- * not inlined, or the caller's preference would win). */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__AVX512F__)
-#define WIDE_VECTORS __attribute__((target("prefer-vector-width=512"), noinline))
-#else
-#define WIDE_VECTORS
-#endif
+ * 512-bit vectors (EM__WIDE_VECTORS_FN, tensor/numeric.h): same bits, twice
+ * the lanes. The inner orientation's `omp simd reduction` loops keep gcc's
+ * width: theirs would change the sums' order. */
 #define DEF_RUN_B(NAME, CT, LD)                                                                    \
-    static WIDE_VECTORS void NAME(int kind, const void *vp, int64_t n, int64_t s, int64_t w, int64_t r0,        \
+    static EM__WIDE_VECTORS_FN void NAME(int kind, const void *vp, int64_t n, int64_t s, int64_t w, int64_t r0,        \
                      const double *prm, double pw, double *restrict acc, int64_t *restrict idx)    \
     {                                                                                              \
         typedef CT elem_t;                                                                         \

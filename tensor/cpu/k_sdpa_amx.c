@@ -28,14 +28,14 @@
  * determinism and dropout are k_sdpa.c's: one thread per (b, h) pair, in a
  * fixed order; the tile unit's sums are deterministic.
  */
-/* gcc's -march for these cores prefers 256-bit vectors for loops it vectorizes
- * itself (softmax, dropout, dS): here they take 512 bits. bf16 only, so no f32
- * result depends on it (k_sdpa.c keeps its own vectors and bits). */
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC target("prefer-vector-width=512")
-#endif
 #include "tensor/cpu/k_sdpa.h"
 #include "tensor/cpu/vmath.h"
+
+/* 512-bit vectors for gcc's own loops here (softmax, dropout, dS), although the
+ * softmax sums are reductions whose order the width sets: these kernels are
+ * bf16 only, whose results may change (test_gradcheck bounds them); the f32
+ * kernels of k_sdpa.c keep gcc's width and their bits. */
+EM__WIDE_VECTORS
 
 static bool amx_on = true;
 
