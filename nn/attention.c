@@ -41,7 +41,8 @@ static em_tensor *mha(em_tensor *q, em_tensor *k, em_tensor *v, em_tensor *mask4
     if (dropout_p > 0.0) em__dropout_key(B * n_heads * S * S, &seed, &off);
     em_tensor *ctx = lens ? em__sdpa(qh, kh, vh, lens, dropout_p, seed, off, true)
                           : em_scaled_dot_product_attention(qh, kh, vh, mask4, dropout_p, seed, off);
-    /* [B,H,S,Dh] -> [B,S,H,Dh] -> [B,S,D] (one copy) */
+    /* [B,H,S,Dh] -> [B,S,H,Dh] -> [B,S,D]: a view of the CPU kernel's [B,S,H,Dh]
+     * output (em__sdpa_result), one copy of a contiguous one (cuDNN, composed) */
     ctx = em_reshape(em_transpose(ctx, 1, 2), 3, (int64_t[]){B, S, D});
     if (ctx) r = em_keep(ctx);
     em_scope_end();

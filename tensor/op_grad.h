@@ -40,7 +40,10 @@ bool em__matmul_into(em_tensor *c, em_tensor *a, em_tensor *b);
  * q [B,H,Sq,Dh], k and v [B,H,Sk,Dh] (same float dtype and device); mask is
  * NULL or bool broadcastable to [B,H,Sq,Sk] — typically [B,1,1,Sk], true =
  * attend (keep). dropout_p in [0,1); the dropout mask is keyed by (seed,
- * offset) like em_dropout's. Returns [B,H,Sq,Dh].
+ * offset) like em_dropout's. Returns [B,H,Sq,Dh]; from the CPU's fused kernel
+ * a view of [B,Sq,H,Dh] memory (as torch's flash kernels return theirs), so
+ * that transpose(1, 2) and a reshape to [B,Sq,H*Dh] cost no copy: em_reshape
+ * or em_contiguous it, since em_view of other shapes may refuse it.
  * With a mask that is NULL or a right-padding key mask (constant over heads
  * and query rows, each row a non-empty prefix of keys; read to the host once
  * per mask, cached) it runs em__sdpa, one autograd node: on the CPU for every
