@@ -160,8 +160,17 @@ static int binary(ctx *c, em_tensor **o, bin_fn fn, double lo, double hi, double
     return 1;
 }
 
-static int c_add(ctx *c, em_tensor **o) { return binary(c, o, em_add, -50, 50, -50, 50); }
-static int c_sub(ctx *c, em_tensor **o) { return binary(c, o, em_sub, -50, 50, -50, 50); }
+/* f32 with a half operand: one kernel on the CPU, casts first on CUDA; same values */
+static int mixed(ctx *c, em_tensor **o, bin_fn fn)
+{
+    if (c->dt != EM_BF16 && c->dt != EM_F16) return 0;
+    em_tensor *h = gen(c, EM_SHAPE(37, 53), -50, 50), *f = em_to_dtype(gen(c, EM_SHAPE(53), -50, 50), EM_F32);
+    o[0] = fn(f, h);
+    o[1] = fn(h, f);
+    return 2;
+}
+static int c_add(ctx *c, em_tensor **o) { return c->variant == 5 ? mixed(c, o, em_add) : binary(c, o, em_add, -50, 50, -50, 50); }
+static int c_sub(ctx *c, em_tensor **o) { return c->variant == 5 ? mixed(c, o, em_sub) : binary(c, o, em_sub, -50, 50, -50, 50); }
 static int c_mul(ctx *c, em_tensor **o) { return binary(c, o, em_mul, -50, 50, -50, 50); }
 static int c_div(ctx *c, em_tensor **o) { return binary(c, o, em_div, -5, 5, 0.5, 4); }
 static int c_maximum(ctx *c, em_tensor **o) { return binary(c, o, em_maximum, -5, 5, -5, 5); }
@@ -501,7 +510,13 @@ static int c_embedding_bwd(ctx *c, em_tensor **o)
 
 static int c_dropout(ctx *c, em_tensor **o)
 {
-    if (c->variant > 2) return 0;
+    if (c->variant > 3) return 0;
+    if (c->variant == 3) {   /* the backward's form: the forward's mask given (in[1]; CUDA may regenerate it) */
+        em_tensor *g = gen(c, EM_SHAPE(7, 1001), -3, 3), *mask = NULL;
+        em_dropout(g, 0.3, 0x5eed, 78, &mask);
+        o[0] = em__dropout_masked(g, mask, 0.3, 0x5eed, 78);
+        return 1;
+    }
     em_tensor *x = gen(c, EM_SHAPE(7, 1001), -3, 3);
     if (c->variant == 1) x = em_transpose(gen(c, EM_SHAPE(1001, 7), -3, 3), 0, 1);
     double p = c->variant == 2 ? 0.0 : 0.3;
