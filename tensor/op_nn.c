@@ -315,7 +315,8 @@ em_tensor *em__dropout_masked(em_tensor *g, em_tensor *mask, double p, uint64_t 
 {
     EM_PROPAGATE_NULL(g);
     bool usable = mask && em__live(mask, "em_dropout") && mask->dtype == EM_BOOL && em_is_contiguous(mask) &&
-                  em_numel(mask) == em_numel(g) && em_device_eq(mask->device, g->device);
+                  same_shape(mask, g) &&
+                  em_device_eq(mask->device, g->device);
     if (!usable || !em_dtype_is_float(g->dtype)) return em_dropout(g, p, seed, offset, NULL);
     em_scope_begin();
     em_tensor *y = em__empty(g->ndim, g->shape, g->dtype, g->device);

@@ -29,7 +29,8 @@ em_tensor *em__softmax_backward(em_tensor *y, em_tensor *dy, int dim, bool log);
 /* Dropout's backward, g * mask / (1 - p): em_dropout's key and arithmetic,
  * with the forward's mask (a contiguous bool tensor of g's shape, as
  * em_dropout's *mask gives it) read instead of regenerated where the kernel
- * can. mask NULL, or not such a tensor: regenerated from the key. */
+ * can. mask NULL, or not such a tensor (another shape, dtype, layout or
+ * device): regenerated from the key. */
 em_tensor *em__dropout_masked(em_tensor *g, em_tensor *mask, double p, uint64_t seed, uint64_t offset);
 
 em_tensor *em__cross_entropy(em_tensor *logits, em_tensor *target, int64_t ignore_index, em_reduction red,

@@ -698,6 +698,8 @@ START_TEST(test_dropout_backward_saved_mask)
             int64_t n2[2] = {1, n - 1};
             em_tensor *short_mask = em_ones(2, n2, EM_BOOL, EM_CPU);
             ck_assert(bytes_equal(em__dropout_masked(w, short_mask, 0.3, 5, 2), want));
+            int64_t n3[2] = {1, n};   /* as many elements, another shape: not read either */
+            ck_assert(bytes_equal(em__dropout_masked(w, em_ones(2, n3, EM_BOOL, EM_CPU), 0.3, 5, 2), want));
             ck_assert(bytes_equal(em__dropout_masked(w, NULL, 0.3, 5, 2), want));
             free(xr), free(wr), free(got), free(dv);
         }
