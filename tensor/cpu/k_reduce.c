@@ -238,8 +238,9 @@ DEF_RUN_A(run_a_bf16, uint16_t, ld_bf16, s)
  * the lanes. The inner orientation's `omp simd reduction` loops keep gcc's
  * width: theirs would change the sums' order. */
 #define DEF_RUN_B(NAME, CT, LD)                                                                    \
-    static EM__WIDE_VECTORS_FN void NAME(int kind, const void *vp, int64_t n, int64_t s, int64_t w, int64_t r0,        \
-                     const double *prm, double pw, double *restrict acc, int64_t *restrict idx)    \
+    static EM__WIDE_VECTORS_FN void NAME(int kind, const void *vp, int64_t n, int64_t s,           \
+                                         int64_t w, int64_t r0, const double *prm, double pw,      \
+                                         double *restrict acc, int64_t *restrict idx)              \
     {                                                                                              \
         typedef CT elem_t;                                                                         \
         const elem_t *p = vp;                                                                      \
