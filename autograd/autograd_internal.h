@@ -69,6 +69,11 @@ typedef struct em_rule {
     em_backward_fn backward;
     uint8_t save_in;      /* bit i: save an alias of input i  */
     uint8_t save_out;     /* bit j: save an alias of output j */
+    /* bit j: save output j as a hint, a shortcut the rule may take (GELU's f32
+     * backward reads y = gelu(x)). If an in-place op changes it before the
+     * backward, the rule finds saved.out[j] NULL and takes the long way, where
+     * a save_out tensor would be an error. */
+    uint8_t hint_out;
     int n_diff_out;       /* outputs that carry gradient (0 = all of the op's) */
     /* gradcheck (f64): step and tolerance for this op */
     double gc_eps, gc_atol, gc_rtol;

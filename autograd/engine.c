@@ -248,7 +248,7 @@ static em_status record(const em_kargs *k)
     }
     for (int j = 0; j < def->n_out && j < EM_KARGS_OUT; j++) {
         set_geom(&n->out[j], k->out[j]);
-        if (!(r->save_out >> j & 1) || !k->out[j]) continue;
+        if (!((r->save_out | r->hint_out) >> j & 1) || !k->out[j]) continue;
         if (!(n->saved.out[j] = em__alias(k->out[j]))) goto oom;
         n->saved_version[EM_KARGS_IN + j] = k->out[j]->storage->version;
     }
@@ -419,12 +419,19 @@ const char *em__node_name(const em_node *n)
     return n->op == EM_ACCUMULATE_GRAD ? "AccumulateGrad" : em_op_table[n->op].name;
 }
 
-static void check_versions(const em_node *n)
+/* A saved tensor changed in place since it was saved is an error, except a
+ * hint (em_rule.hint_out), which is dropped: the rule then works without it. */
+static void check_versions(em_node *n)
 {
     if (n->fn) em__fn_check_versions(n);
     for (int i = 0; i < EM_KARGS_IN + EM_KARGS_OUT; i++) {
         em_tensor *s = i < EM_KARGS_IN ? n->saved.in[i] : n->saved.out[i - EM_KARGS_IN];
-        if (s && s->storage->version != n->saved_version[i])
+        if (!s || s->storage->version == n->saved_version[i]) continue;
+        int j = i - EM_KARGS_IN;
+        if (j >= 0 && n->op < EM_NUM_OPS && (em_rules[n->op].hint_out >> j & 1)) {
+            em_release(s);
+            n->saved.out[j] = NULL;
+        } else
             em__misuse("em_backward",
                        "a tensor that %s saved for backward (%s %d, shape %s) was modified by an in-place op "
                        "after it was saved: version %u, expected %u",

@@ -212,10 +212,11 @@ static void bw_relu(em_node *n, em_tensor *const *g, em_tensor **gin)
     gin[0] = em_masked_fill(g[0], em_le(OUT(0), CONST(0)), 0);
 }
 
-/* the DERIV rows of tensor/unary_ops.h: dy * f'(x) by the op's _BWD kernel */
+/* the DERIV rows of tensor/unary_ops.h: dy * f'(x) by the op's _BWD kernel;
+ * DERIV_Y rows also pass the forward's output (a hint: NULL when not kept) */
 static void bw_unary(em_node *n, em_tensor *const *g, em_tensor **gin)
 {
-    gin[0] = em__unary_backward((em_op)n->op, IN(0), g[0]);
+    gin[0] = em__unary_backward_y((em_op)n->op, IN(0), OUT(0), g[0]);
 }
 
 static void bw_sin(em_node *n, em_tensor *const *g, em_tensor **gin) { gin[0] = em_mul(g[0], em_cos(IN(0))); }
@@ -505,6 +506,7 @@ static void bw_scatter_add(em_node *n, em_tensor *const *g, em_tensor **gin)
 /* unary_ops.h's rows: RULE(fn, save_in, save_out) names a rule above; DERIV(...) takes bw_unary */
 #define UNARY_RULE_RULE(fn, si, so) DIFF(fn, si, so, GC)
 #define UNARY_RULE_DERIV(df, dref) DIFF(bw_unary, 1, 0, GC)
+#define UNARY_RULE_DERIV_Y(df, dref) {.backward = bw_unary, .save_in = 1, .hint_out = 1, TOL(GC)}
 #define UNARY_RULE(NAME, name, dtypes, cost, f, backward, ...) [EM_OP_##NAME] = UNARY_RULE_##backward,
 
 const em_rule em_rules[EM_NUM_OPS] = {

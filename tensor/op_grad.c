@@ -22,7 +22,9 @@ static bool same_shape(const em_tensor *a, const em_tensor *b)
 static const em_op bwd_op[EM_NUM_OPS] = {EM_UNARY_BWD_OPS(BWD_OP)};
 static const char *const bwd_name[EM_NUM_OPS] = {EM_UNARY_BWD_OPS(BWD_NAME)};
 
-em_tensor *em__unary_backward(em_op op, em_tensor *x, em_tensor *dy)
+em_tensor *em__unary_backward(em_op op, em_tensor *x, em_tensor *dy) { return em__unary_backward_y(op, x, NULL, dy); }
+
+em_tensor *em__unary_backward_y(em_op op, em_tensor *x, em_tensor *y, em_tensor *dy)
 {
     if ((unsigned)op >= EM_NUM_OPS || !bwd_name[op]) {
         em__misuse("em__unary_backward", "%s has no _BWD kernel (only the DERIV rows of tensor/unary_ops.h have one)",
@@ -36,10 +38,11 @@ em_tensor *em__unary_backward(em_op op, em_tensor *x, em_tensor *dy)
              em_dtype_name(dy->dtype));
     EM_CHECK(same_shape(x, dy), name, "x %s and dy %s differ in shape", em__shape_str(x), em__shape_str(dy));
     EM_CHECK(em_device_eq(x->device, dy->device), name, "x and dy are on different devices");
+    if (y && (y->dtype != x->dtype || !same_shape(x, y) || !em_device_eq(x->device, y->device))) y = NULL;
     em_tensor *r = NULL;
     em_scope_begin();
     em_tensor *dx = em__empty(x->ndim, x->shape, x->dtype, x->device);
-    em_kargs k = {.op = bwd_op[op], .in = {x, dy}, .out = {dx}};
+    em_kargs k = {.op = bwd_op[op], .in = {x, dy, y}, .out = {dx}};
     if (dx && em__dispatch(&k) == EM_OK) r = em_keep(dx);
     em_scope_end();
     return r;

@@ -14,6 +14,10 @@
  * through its _BWD kernel. x and dy: same shape, same float dtype and device,
  * any layout. Misuse names em_<name>_backward. */
 em_tensor *em__unary_backward(em_op op, em_tensor *x, em_tensor *dy);
+/* The same, given y = f(x), the forward's output (or NULL), which the kernel
+ * may read for a shortcut with the same bits (ops.h, <unary>_BWD). A y that
+ * is not x's shape, dtype and device is not passed on. */
+em_tensor *em__unary_backward_y(em_op op, em_tensor *x, em_tensor *y, em_tensor *dy);
 
 /* em_embedding that records padding_idx for autograd: the gradient rows of
  * padding_idx stay zero (torch's nn.Embedding(padding_idx=...)). padding_idx

@@ -54,7 +54,9 @@ struct em_tensor;
        *_BWD: in[0]=y (the forward output), in[1]=dy -> out[0]=dx; i[0]=dim */           \
     X(SOFTMAX) X(LOG_SOFTMAX) X(SOFTMAX_BWD) X(LOG_SOFTMAX_BWD)                          \
     /* <unary>_BWD (GELU_BWD, ...: unary_ops.h's DERIV rows): in[0]=x, in[1]=dy (x's     \
-       shape, dtype and device) -> out[0]=dy * f'(x) */                                  \
+       shape, dtype and device) -> out[0]=dy * f'(x); in[2]=y=f(x) (the forward's       \
+       output, x's shape, dtype and device) or NULL: a kernel may read it where that   \
+       gives the same bits (GELU f32 on the CPU: Phi(x) = y / x) or ignore it */        \
     EM_UNARY_BWD_NAMES(X)                                                                \
     /* LAYER_NORM: in[0]=x [R,D] contiguous, in[1]=w [D] or NULL, in[2]=b or NULL,       \
        f[0]=eps -> out[0]=y, out[1]=mean, out[2]=rstd [R] (f32; f64 for f64 x).                   \

@@ -6,7 +6,7 @@
 
 #define ROW(op, nm, ni, no, c, d) [EM_OP_##op] = {.name = nm, .n_in = ni, .n_out = no, .cls = c, .differentiable = d}
 #define UNARY_ROW(NAME, name, ...) ROW(NAME, #name, 1, 1, EM_CLASS_UNARY, true),
-#define UNARY_BWD_ROW(NAME, name, ...) ROW(NAME##_BWD, #name "_backward", 2, 1, EM_CLASS_NN, false),
+#define UNARY_BWD_ROW(NAME, name, ...) ROW(NAME##_BWD, #name "_backward", 3, 1, EM_CLASS_NN, false),
 
 const em_op_def em_op_table[EM_NUM_OPS] = {
     ROW(VIEW, "view", 1, 1, EM_CLASS_VIEW, true),

@@ -33,7 +33,11 @@
  *                gelu and gelu_tanh; libm otherwise; CUDA: libdevice).
  *   backward     DERIV(df, dref): the gradient is dy * df, df = f'(x) written as f is,
  *                computed by the fused kernel <NAME>_BWD from the saved input; dref is
- *                f'(x) in double, the test's reference. Or RULE(fn, save_in, save_out):
+ *                f'(x) in double, the test's reference. DERIV_Y(df, dref): the same, and
+ *                autograd also keeps the output y as a hint, passed to the _BWD kernel as
+ *                in[2] (a kernel may read it for a shortcut with the same result, or
+ *                ignore it: GELU's f32 CPU kernel takes Phi(x) as y / x, ops.h). Or
+ *                RULE(fn, save_in, save_out):
  *                fn in autograd/rules.c composes the gradient from ops.
  *   ref          f(x) in double (math.h), the value test's reference
  *   grad_domain  gradcheck's inputs (f64, [3,4] and a transposed [3,4]):
@@ -63,7 +67,7 @@
     X(U, RELU, relu, NUMERIC, LIGHT, x <= 0 ? (C)0 : x, RULE(bw_relu, 0, 1), isnan(x) ? x : x > 0 ? x : 0, NONZERO,  \
       (-5, 5), (-9, 9))                                                                                              \
     X(U, GELU, gelu, FLOATING, HEAVY, m_gelu(x),                                                                     \
-      DERIV(m_gelu_grad(x), 0.5 * (1 + erf(x / sqrt(2.0))) + x * exp(-0.5 * x * x) / sqrt(2 * M_PI)),                \
+      DERIV_Y(m_gelu_grad(x), 0.5 * (1 + erf(x / sqrt(2.0))) + x * exp(-0.5 * x * x) / sqrt(2 * M_PI)),              \
       0.5 * x * (1 + erf(x / sqrt(2.0))), ANY, (-8, 8), (-6, 6))                                                     \
     X(U, GELU_TANH, gelu_tanh, FLOATING, HEAVY, m_gelu_tanh(x),                                                      \
       DERIV(m_gelu_tanh_grad(x), 0.5 * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))) +                     \
@@ -80,8 +84,8 @@
 /* ---- views of the list, for the files that expand it ---------------------------------------------
  * EM_UNARY_OPS(X):       X(NAME, name, dtypes, cost, f, backward, ref, grad_domain, values, parity)
  * EM_UNARY_OP_NAMES(X):  X(NAME)
- * EM_UNARY_BWD_OPS(X):   X(NAME, name, df, dref, values, parity) for the DERIV rows
- * EM_UNARY_BWD_NAMES(X): X(NAME_BWD) for the DERIV rows */
+ * EM_UNARY_BWD_OPS(X):   X(NAME, name, df, dref, values, parity) for the DERIV(_Y) rows
+ * EM_UNARY_BWD_NAMES(X): X(NAME_BWD) for the DERIV(_Y) rows */
 #define EM_UNARY_OPS(X) EM_UNARY_LIST(EM__UN_ALL, X)
 #define EM_UNARY_OP_NAMES(X) EM_UNARY_LIST(EM__UN_NAME, X)
 #define EM_UNARY_BWD_OPS(X) EM_UNARY_LIST(EM__UN_BWD, X)
@@ -89,15 +93,18 @@
 
 #define EM__UN_ALL(X, ...) X(__VA_ARGS__)
 #define EM__UN_NAME(X, NAME, ...) X(NAME)
-/* `EM__UN_IF_##bw(...)` keeps its argument for DERIV(...) and drops it for RULE(...);
+/* `EM__UN_IF_##bw(...)` keeps its argument for DERIV(...) and DERIV_Y(...) and drops it for RULE(...);
  * EM__UN_DF_##bw and EM__UN_DREF_##bw pick DERIV's two fields. */
 #define EM__UN_BWD(X, NAME, name, dt, cost, f, bw, ref, dom, values, parity) \
     EM__UN_IF_##bw(X(NAME, name, EM__UN_DF_##bw, EM__UN_DREF_##bw, values, parity))
 #define EM__UN_BWD_NAME(X, NAME, name, dt, cost, f, bw, ...) EM__UN_IF_##bw(X(NAME##_BWD))
 #define EM__UN_IF_DERIV(df, dref) EM__UN_KEEP
+#define EM__UN_IF_DERIV_Y(df, dref) EM__UN_KEEP
 #define EM__UN_IF_RULE(fn, si, so) EM__UN_DROP
 #define EM__UN_DF_DERIV(df, dref) df
+#define EM__UN_DF_DERIV_Y(df, dref) df
 #define EM__UN_DREF_DERIV(df, dref) dref
+#define EM__UN_DREF_DERIV_Y(df, dref) dref
 #define EM__UN_DF_RULE(fn, si, so)
 #define EM__UN_DREF_RULE(fn, si, so)
 #define EM__UN_KEEP(...) __VA_ARGS__

@@ -405,11 +405,18 @@ static inline double gelu_tanh_d(double x)
 #define GELU_A 0.044715
 #define SQRT_2_OVER_PI 0.79788456080286535588
 #define INV_SQRT_2PI 0.39894228040143267794
-static inline __attribute__((always_inline)) float gelu_grad_f32(float x)
+/* gelu'(x) given gx = em__gelu_erff(x): the forward's output, when autograd
+ * kept it (GELU_BWD's in[2]), is the same value, so reading it skips the erf
+ * and gives the same bits. */
+static inline __attribute__((always_inline)) float gelu_grad_given_f32(float x, float gx)
 {
-    float phi_cdf = fabsf(x) < 1e-20f ? 0.5f : em__gelu_erff(x) / x;
+    float phi_cdf = fabsf(x) < 1e-20f ? 0.5f : gx / x;
     float pdf = (float)INV_SQRT_2PI * em__expf(-0.5f * x * x);
     return phi_cdf + x * pdf;
+}
+static inline __attribute__((always_inline)) float gelu_grad_f32(float x)
+{
+    return gelu_grad_given_f32(x, em__gelu_erff(x));
 }
 static inline double gelu_grad_f64(double x)
 {
@@ -526,13 +533,38 @@ static int run_table(const em_kargs *k, int nin)
     return EM_OK;
 }
 
-/* The unary _BWD kernels: dx, x and dy share one dtype (the front-end checks). */
+/* GELU_BWD in f32 given y = gelu(x) (in[2]): p[0] = dx, p[1] = x, p[2] = dy,
+ * p[3] = y; dx = dy * gelu'(x) with gelu_grad_f32's bits. */
+static void bwd_gelu_given_y_f32(char **p, const int64_t *s, int64_t n, void *ctx)
+{
+    (void)ctx;
+    if (s[0] == 4 && s[1] == 4 && s[2] == 4 && s[3] == 4) {
+        float *o = (float *)p[0];
+        const float *X = (const float *)p[1], *G = (const float *)p[2], *Y = (const float *)p[3];
+#pragma omp simd
+        for (int64_t i = 0; i < n; i++) o[i] = G[i] * gelu_grad_given_f32(X[i], Y[i]);
+    } else {
+        for (int64_t i = 0; i < n; i++) {
+            float x = *(const float *)(p[1] + i * s[1]), y = *(const float *)(p[3] + i * s[3]);
+            *(float *)(p[0] + i * s[0]) = *(const float *)(p[2] + i * s[2]) * gelu_grad_given_f32(x, y);
+        }
+    }
+}
+
+/* The unary _BWD kernels: dx, x and dy share one dtype (the front-end checks).
+ * in[2], the forward's output, is read only by GELU in f32; half dtypes would
+ * give y rounded, and f64's gelu'(x) does not go through gelu(x). */
 static int run_bwd(const em_kargs *k)
 {
     em_dtype dt = k->out[0]->dtype, xt = k->in[0]->dtype, gt = k->in[1]->dtype;
     if (xt != dt || gt != dt)
         return em__fail(EM_ERR_UNSUPPORTED, "cpu: %s: operands differ in dtype (%s, %s, %s)", em_op_table[k->op].name,
                         em_dtype_name(dt), em_dtype_name(xt), em_dtype_name(gt));
+    if (k->op == EM_OP_GELU_BWD && dt == EM_F32 && k->in[2] && k->in[2]->dtype == EM_F32) {
+        em_tensor *ts[4] = {k->out[0], k->in[0], k->in[1], k->in[2]};
+        em__iter_run(4, ts, bwd_gelu_given_y_f32, NULL, EM_ITER_GRAIN_HEAVY);
+        return EM_OK;
+    }
     return run_table(k, 2);
 }
 
