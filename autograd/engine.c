@@ -505,6 +505,23 @@ em_tensor *em__grad_sink_cast(em_node *n, int i, em_dtype dt)
     return g;
 }
 
+/* The backward of a widening cast (COPY of f32 to bf16/f16, as autocast
+ * records) whose input already holds a pending f32 gradient: the half gradient
+ * goes on as it is, and the accumulation adds it with one mixed-dtype add
+ * (op_elementwise.c: f32 + half, the same bits as converting it first), one
+ * pass over the tensor fewer. Returns whether it did so. */
+static bool cast_into_pending(em_node *n, em_tensor *const *gout, em_tensor **gin)
+{
+    if (n->op != EM_OP_COPY || n->n_in != 1 || n->in[0].dtype != EM_F32) return false;
+    em_node *c = n->next[0].node;
+    em_tensor *acc = c ? c->grad_buf[n->next[0].nr] : NULL, *g = gout[0];
+    if (!acc || acc->dtype != EM_F32 || (g->dtype != EM_BF16 && g->dtype != EM_F16) ||
+        !em_device_eq(n->in[0].device, g->device) || !em_device_eq(acc->device, g->device))
+        return false;
+    gin[0] = g;
+    return true;
+}
+
 void em_backward(em_tensor *root) { em_backward_ex(root, &(em_backward_opts){0}); }
 
 void em_backward_ex(em_tensor *root, const em_backward_opts *opts)
@@ -611,7 +628,7 @@ void em_backward_ex(em_tensor *root, const em_backward_opts *opts)
         } else {
             if (n->n_in > EM_KARGS_IN) gin_list = em__calloc((size_t)n->n_in, sizeof *gin_list);
             if (gin_list && n->op == EM_CUSTOM_FUNCTION) em__fn_backward(n, gout, gin_list);
-            else if (gin_list) em_rules[n->op].backward(n, gout, gin_list);
+            else if (gin_list && !cast_into_pending(n, gout, gin_list)) em_rules[n->op].backward(n, gout, gin_list);
             for (int i = 0; i < n->n_in; i++) {
                 em_node *c = n->next[i].node;
                 if (!c) continue;

@@ -726,6 +726,37 @@ START_TEST(mixed_add_without_cast)
 }
 END_TEST
 
+/* An f32 tensor used both as it is and through a cast to bf16/f16 (autocast's
+ * pattern): when the cast's backward runs after the f32 use's, the engine adds
+ * the half gradient into the pending f32 one without converting it first
+ * (engine.c, cast_into_pending). Either order gives a + f32(g_half) bit for bit. */
+START_TEST(cast_gradient_added_unconverted)
+{
+    const em_dtype halves[2] = {EM_BF16, EM_F16};
+    for (int hi = 0; hi < 2; hi++)
+        for (int order = 0; order < 2; order++) EM_SCOPE {
+                em_dtype ht = halves[hi];
+                int64_t sh[2] = {33, 70};
+                em_tensor *x = param(2, sh, 3.0, 41);
+                em_tensor *a = tu_rand_tensor(2, sh, EM_F32, -2, 2, 42, NULL);
+                em_tensor *wh = em_to_dtype(tu_rand_tensor(2, sh, EM_F32, -2, 2, 43, NULL), ht);
+                em_tensor *yh, *yf;
+                if (order == 0) {   /* cast first: its backward runs last, onto the pending f32 gradient */
+                    yh = em_mul(em_to_dtype(x, ht), wh);
+                    yf = em_mul(x, a);
+                } else {
+                    yf = em_mul(x, a);
+                    yh = em_mul(em_to_dtype(x, ht), wh);
+                }
+                em_tensor *loss = em_add(em_sum(yf, 0, NULL, false), em_sum(em_to_dtype(yh, EM_F32), 0, NULL, false));
+                em_backward(loss);
+                em_tensor *want = em_add(a, em_to_dtype(wh, EM_F32));
+                ck_assert_msg(em_grad(x) && em_grad(x)->dtype == EM_F32 && bits_equal(em_grad(x), want),
+                              "%s order %d", em_dtype_name(ht), order);
+            }
+}
+END_TEST
+
 START_TEST(weights_cast_once_per_region)
 {
     em_scope_begin();
@@ -1048,6 +1079,7 @@ static Suite *make_suite(void)
         tcase_add_test(ta, gemm_bf16_contract_without_onednn);
     tcase_add_test(ta, distilbert_bf16_tracks_f32);
     tcase_add_test(ta, mixed_add_without_cast);
+    tcase_add_test(ta, cast_gradient_added_unconverted);
     tu_add_misuse_tests(tu_case(s, "misuse", 0), misuse_unscale_twice, misuse_unscale_after_step, misuse_step_twice,
                         misuse_update_without_checks, misuse_step_without_grads, misuse_growth_factor,
                         misuse_backoff_factor, misuse_autocast_dtype, misuse_autocast_unbalanced,
