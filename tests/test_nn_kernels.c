@@ -714,38 +714,40 @@ END_TEST
  * gradient is the one from x alone. */
 START_TEST(test_gelu_backward_given_y)
 {
-    const int64_t n = 4099;
     double *xr, *gr;
-    em_tensor *x = rnd(1, &n, EM_F32, -12, 12, 191, &xr);
-    em_tensor *dy = rnd(1, &n, EM_F32, -1, 1, 192, &gr);
-    const float special[] = {0.0f, -0.0f, 1e-30f, -1e-21f, 1e-19f, -1e-19f, INFINITY, -INFINITY, NAN, 50, -50, 1e-7f};
-    float *xp = (float *)x->storage->data;
-    for (size_t i = 0; i < sizeof special / sizeof *special; i++) xp[i * 97] = special[i];
-    em_tensor *y = em_gelu(x);
-    em_tensor *want = em__unary_backward(EM_OP_GELU, x, dy);
-    ck_assert_msg(bytes_equal(em__unary_backward_y(EM_OP_GELU, x, y, dy), want), "GELU_BWD given y differs");
-    /* transposed views of [k, m] */
-    int64_t km[2] = {17, 241};
-    em_tensor *xt = em_transpose(em_reshape(em_narrow(x, 0, 0, 17 * 241), 2, km), 0, 1);
-    em_tensor *gt = em_transpose(em_reshape(em_narrow(dy, 0, 0, 17 * 241), 2, km), 0, 1);
-    em_tensor *yt = em_gelu(xt);
-    ck_assert(bytes_equal(em__unary_backward_y(EM_OP_GELU, xt, yt, gt), em__unary_backward(EM_OP_GELU, xt, gt)));
-    /* the kernel reads y: a wrong y gives another gradient */
-    em_tensor *zero = em_zeros(1, &n, EM_F32, EM_CPU);
-    ck_assert_msg(!bytes_equal(em__unary_backward_y(EM_OP_GELU, x, zero, dy), want), "y was not read");
-    /* ... but not one of another shape or dtype */
-    int64_t n2[2] = {1, n};
-    ck_assert(bytes_equal(em__unary_backward_y(EM_OP_GELU, x, em_zeros(2, n2, EM_F32, EM_CPU), dy), want));
-    ck_assert(bytes_equal(em__unary_backward_y(EM_OP_GELU, x, em_zeros(1, &n, EM_F64, EM_CPU), dy), want));
-    /* autograd: y kept and read; then y changed in place after the forward */
-    for (int inplace = 0; inplace < 2; inplace++) EM_SCOPE {
-            em_tensor *xl = em_requires_grad_(em_clone(x), true);   /* a new leaf each round */
-            em_tensor *yl = em_gelu(xl);
-            em_tensor *loss = em_sum(em_mul(em_add_scalar(yl, 0.0), dy), 0, NULL, false);
-            if (inplace) EM_NO_GRAD em_fill_(yl, 0.25);   /* add saves nothing: only GELU kept yl */
-            em_backward(loss);
-            ck_assert_msg(em_grad(xl) && bytes_equal(em_grad(xl), want), "gelu autograd (in place: %d)", inplace);
-        }
+    EM_SCOPE {
+        const int64_t n = 4099;
+        em_tensor *x = rnd(1, &n, EM_F32, -12, 12, 191, &xr);
+        em_tensor *dy = rnd(1, &n, EM_F32, -1, 1, 192, &gr);
+        const float special[] = {0.0f, -0.0f, 1e-30f, -1e-21f, 1e-19f, -1e-19f, INFINITY, -INFINITY, NAN, 50, -50, 1e-7f};
+        float *xp = (float *)x->storage->data;
+        for (size_t i = 0; i < sizeof special / sizeof *special; i++) xp[i * 97] = special[i];
+        em_tensor *y = em_gelu(x);
+        em_tensor *want = em__unary_backward(EM_OP_GELU, x, dy);
+        ck_assert_msg(bytes_equal(em__unary_backward_y(EM_OP_GELU, x, y, dy), want), "GELU_BWD given y differs");
+        /* transposed views of [k, m] */
+        int64_t km[2] = {17, 241};
+        em_tensor *xt = em_transpose(em_reshape(em_narrow(x, 0, 0, 17 * 241), 2, km), 0, 1);
+        em_tensor *gt = em_transpose(em_reshape(em_narrow(dy, 0, 0, 17 * 241), 2, km), 0, 1);
+        em_tensor *yt = em_gelu(xt);
+        ck_assert(bytes_equal(em__unary_backward_y(EM_OP_GELU, xt, yt, gt), em__unary_backward(EM_OP_GELU, xt, gt)));
+        /* the kernel reads y: a wrong y gives another gradient */
+        em_tensor *zero = em_zeros(1, &n, EM_F32, EM_CPU);
+        ck_assert_msg(!bytes_equal(em__unary_backward_y(EM_OP_GELU, x, zero, dy), want), "y was not read");
+        /* ... but not one of another shape or dtype */
+        int64_t n2[2] = {1, n};
+        ck_assert(bytes_equal(em__unary_backward_y(EM_OP_GELU, x, em_zeros(2, n2, EM_F32, EM_CPU), dy), want));
+        ck_assert(bytes_equal(em__unary_backward_y(EM_OP_GELU, x, em_zeros(1, &n, EM_F64, EM_CPU), dy), want));
+        /* autograd: y kept and read; then y changed in place after the forward */
+        for (int inplace = 0; inplace < 2; inplace++) EM_SCOPE {
+                em_tensor *xl = em_requires_grad_(em_clone(x), true);   /* a new leaf each round */
+                em_tensor *yl = em_gelu(xl);
+                em_tensor *loss = em_sum(em_mul(em_add_scalar(yl, 0.0), dy), 0, NULL, false);
+                if (inplace) EM_NO_GRAD em_fill_(yl, 0.25);   /* add saves nothing: only GELU kept yl */
+                em_backward(loss);
+                ck_assert_msg(em_grad(xl) && bytes_equal(em_grad(xl), want), "gelu autograd (in place: %d)", inplace);
+            }
+    }
     free(xr), free(gr);
 }
 END_TEST
