@@ -8,7 +8,8 @@
  *   418 GFLOP/s nominal AVX-512 peak and of an FMA loop measured here.
  *
  *   Memory-bound ops on 16M f32 elements: em_add, em_gelu, em_softmax (rows
- *   of 1024), em_layer_norm (D = 768), in GB/s counting bytes read + written,
+ *   of 1024), em_layer_norm (D = 768), a transposed copy (em_contiguous of a
+ *   [4096,4096] transpose), in GB/s counting bytes read + written,
  *   against the fastest plain copy (memcpy on 1 thread, memcpy split over
  *   all threads, an OpenMP copy loop) measured in the same run.
  *
@@ -254,7 +255,7 @@ typedef struct mem_ctx {
     int which;
 } mem_ctx;
 
-enum { M_ADD, M_GELU, M_SOFTMAX, M_LAYER_NORM, M_MEMCPY1, M_MEMCPYN, M_COPYLOOP };
+enum { M_ADD, M_GELU, M_SOFTMAX, M_LAYER_NORM, M_TRANSPOSE, M_MEMCPY1, M_MEMCPYN, M_COPYLOOP };
 
 static void run_mem(void *p)
 {
@@ -265,6 +266,7 @@ static void run_mem(void *p)
     case M_GELU: EM_SCOPE { em_gelu(m->x); } break;
     case M_SOFTMAX: EM_SCOPE { em_softmax(m->x, -1); } break;
     case M_LAYER_NORM: EM_SCOPE { em_layer_norm(m->x, m->w, m->b, 1e-12, NULL, NULL); } break;
+    case M_TRANSPOSE: EM_SCOPE { em_contiguous(em_transpose(m->x, 0, 1)); } break;
     case M_MEMCPY1: memcpy(m->dst, m->src, nbytes); break;
     case M_MEMCPYN:
 #pragma omp parallel
@@ -333,6 +335,7 @@ static void bench_memory(void)
         {"em_gelu", M_GELU, EM_OP_GELU, 1, MEM_N, 8},
         {"em_softmax [16384,1024] dim -1", M_SOFTMAX, EM_OP_SOFTMAX, 16384, 1024, 8},
         {"em_layer_norm [21845,768]", M_LAYER_NORM, EM_OP_LAYER_NORM, 21845, 768, 8},
+        {"contiguous(x^T) [4096,4096]", M_TRANSPOSE, EM_OP_COPY, 4096, 4096, 8},   /* power-of-two rows */
     };
     for (size_t i = 0; i < sizeof ops / sizeof *ops; i++) {
         if (!have_kernel(ops[i].op)) {

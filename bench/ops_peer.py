@@ -84,11 +84,13 @@ def torch_memory(quick):
     x, y = torch.rand(MEM_N), torch.rand(MEM_N)
     xs = torch.rand(16384, 1024)
     xl, w, b = torch.rand(21845, 768), torch.rand(768), torch.rand(768)
+    xt = torch.rand(4096, 4096)
     ops = [("em_add (a + b)", 12.0 * MEM_N, lambda: torch.add(x, y)),
            ("em_gelu", 8.0 * MEM_N, lambda: torch.nn.functional.gelu(x)),
            ("em_softmax [16384,1024] dim -1", 8.0 * xs.numel(), lambda: torch.softmax(xs, -1)),
            ("em_layer_norm [21845,768]", 8.0 * xl.numel(),
-            lambda: torch.nn.functional.layer_norm(xl, (768,), w, b, 1e-12))]
+            lambda: torch.nn.functional.layer_norm(xl, (768,), w, b, 1e-12)),
+           ("contiguous(x^T) [4096,4096]", 8.0 * xt.numel(), lambda: xt.t().contiguous())]
     res = {}
     for name, nbytes, fn in ops:
         t_op, t_copy = median_times([fn, copy], quick)

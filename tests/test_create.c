@@ -235,6 +235,41 @@ START_TEST(copy_every_dtype_pair_and_layout)
 END_TEST
 
 /* Conversions that round: f64 -> f32/bf16 to nearest even, float -> int toward zero. */
+/* A contiguous copy of a transposed layout runs in tiles (k_copy_transposed.c)
+ * once both dims reach a tile: every dtype pair, sizes that are not multiples
+ * of the tile, a narrowed (offset) source, 3-d permutes whose stride-1 dim is
+ * not next to the last, and an expanded outer dim. Values as the element-wise
+ * copy gives them. */
+START_TEST(copy_transposed_in_tiles)
+{
+    int64_t live = tu_live_bytes();
+    for (int sd = 0; sd < N_DTYPES; sd++)
+        for (int dd = 0; dd < N_DTYPES; dd++)
+            for (int lay = 0; lay < 5; lay++) EM_SCOPE {
+                    em_dtype sdt = all_dtypes[sd], ddt = all_dtypes[dd];
+                    if (lay > 1 && sd != dd && sd != 0) continue;   /* 3-d layouts: same dtype, or from the first */
+                    em_tensor *src;
+                    switch (lay) {
+                    case 0: src = em_transpose(sample(EM_SHAPE(70, 97), sdt, 7 + (uint64_t)sd), 0, 1); break;
+                    case 1: src = em_transpose(em_narrow(sample(EM_SHAPE(45, 66), sdt, 8), 0, 3, 40), 0, 1); break;
+                    case 2: src = em_permute(sample(EM_SHAPE(3, 40, 50), sdt, 9), (int[]){0, 2, 1}); break;
+                    case 3: src = em_permute(sample(EM_SHAPE(40, 3, 50), sdt, 10), (int[]){2, 1, 0}); break;
+                    default: src = em_expand(em_transpose(sample(EM_SHAPE(1, 36, 33), sdt, 11), 1, 2), EM_SHAPE(4, 33, 36));
+                    }
+                    em_tensor *dst = em_empty(src->ndim, src->shape, ddt, EM_CPU);
+                    ck_assert_ptr_eq(em_copy_(dst, src), dst);
+                    double *sv = tu_to_doubles(src), *dv = tu_to_doubles(dst);
+                    int64_t bad = -1;
+                    for (int64_t i = 0; i < em_numel(src) && bad < 0; i++)
+                        if (dv[i] != as_dtype(sv[i], ddt)) bad = i;
+                    ck_assert_msg(bad < 0, "%s -> %s, layout %d, [%lld]: %g from %g", em_dtype_name(sdt),
+                                  em_dtype_name(ddt), lay, (long long)bad, bad < 0 ? 0 : dv[bad], bad < 0 ? 0 : sv[bad]);
+                    free(sv), free(dv);
+                }
+    ck_assert_int_eq(tu_live_bytes(), live);
+}
+END_TEST
+
 START_TEST(copy_rounds)
 {
     EM_SCOPE {
@@ -411,7 +446,7 @@ static Suite *make_suite(void)
 {
     Suite *s = suite_create("create");
     tu_add_tests(tu_case(s, "ops", 600), zeros_ones_full_scalar, shape_overflow_is_an_error, arange_values,
-                 eye_values, fill_on_views, copy_every_dtype_pair_and_layout, copy_rounds,
+                 eye_values, fill_on_views, copy_every_dtype_pair_and_layout, copy_transposed_in_tiles, copy_rounds,
                  copy_from_expanded_and_0d, clone_is_independent, to_dtype_and_to, null_propagates);
     tu_add_misuse_tests(tu_case(s, "misuse", 0), misuse_copy_shape, misuse_copy_into_expanded,
                         misuse_fill_expanded, misuse_arange_zero_step, misuse_arange_wrong_sign,
