@@ -443,6 +443,49 @@ END_TEST
 
 /* ---- where, masked_fill ------------------------------------------------------------------ */
 
+/* Inputs read across their rows (transposed views) against a contiguous
+ * output run in tiles (tensor/cpu/iter.c): one transposed operand beside a
+ * contiguous one, a broadcast row or column, 3-d with an outer dim, sizes that
+ * are no multiple of a tile, and mixed f32 + bf16 (the staged half loop).
+ * Values as the reference; unary results bit for bit as on a contiguous copy. */
+START_TEST(transposed_operands_in_tiles)
+{
+    const em_dtype dts[] = {EM_F32, EM_F64, EM_BF16, EM_F16, EM_I64, EM_I32};
+    const int64_t shapes[][4] = {{2, 70, 130}, {3, 3, 40, 70}};
+    for (size_t d = 0; d < sizeof dts / sizeof *dts; d++)
+        for (int sh = 0; sh < 2; sh++)
+            for (int other = 0; other < 4; other++) EM_SCOPE {
+                    em_dtype dt = dts[d];
+                    int nd = (int)shapes[sh][0];
+                    const int64_t *os = shapes[sh] + 1;
+                    double *va, *vb;
+                    em_tensor *a = make(nd, os, dt, L_TRANSPOSED, -10, 10, 31 + d, &va);
+                    int64_t bs[3];
+                    memcpy(bs, os, sizeof bs);
+                    int bnd = nd;
+                    if (other == 1) bs[nd - 2] = 1;                       /* a broadcast row */
+                    if (other == 2) bs[nd - 1] = 1;                       /* a broadcast column */
+                    em_dtype bt = other == 3 ? (dt == EM_F32 ? EM_BF16 : dt) : dt;   /* f32 + bf16 */
+                    em_tensor *b = make(bnd, bs, bt, L_CONTIG, -10, 10, 41 + d, &vb);
+                    em_tensor *r = em_add(a, b);
+                    int64_t n = em_numel(r);
+                    double *got = tu_to_doubles(r), *ref = malloc(sizeof(double) * (size_t)n);
+                    for (int64_t e = 0; e < n; e++)
+                        ref[e] = va[e] + vb[src_index(e, nd, os, bnd, bs)];
+                    tol t = tol_of(r->dtype);
+                    double ratio = tu_close_ratio(got, ref, n, t.rtol, t.atol);
+                    ck_assert_msg(ratio <= 1.0, "add %s + %s, %d-d, case %d: ratio %g", em_dtype_name(dt),
+                                  em_dtype_name(bt), nd, other, ratio);
+                    if (em_dtype_is_float(dt) && other == 0) {
+                        em_tensor *g = em_gelu(a), *gc = em_gelu(em_contiguous(a));
+                        ck_assert_msg(!memcmp(em_data_ptr(g), em_data_ptr(gc), (size_t)n * em_dtype_size(dt)),
+                                      "gelu %s of a transposed view", em_dtype_name(dt));
+                    }
+                    free(va), free(vb), free(got), free(ref);
+                }
+}
+END_TEST
+
 START_TEST(where_matches_reference)
 {
     typedef struct { int nc; int64_t c[3]; int nx; int64_t x[3]; int ny; int64_t y[3]; } wcase;
@@ -638,6 +681,7 @@ static Suite *make_suite(void)
     tcase_add_test(tc, scalar_forms);
     tcase_add_loop_test(tc, unary_ops_match_reference, 0, N_UN_CASES);
     tcase_add_test(tc, unary_special_values);
+    tcase_add_test(tc, transposed_operands_in_tiles);
     tcase_add_test(tc, where_matches_reference);
     tcase_add_test(tc, masked_fill_matches_reference);
     tcase_add_test(tc, outputs_are_fresh);

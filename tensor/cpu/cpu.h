@@ -30,11 +30,6 @@ void em_cpu_gemm(em_gemm_type t, bool trans_a, bool trans_b, int64_t m, int64_t 
                  double alpha, const void *a, int64_t lda, const void *b, int64_t ldb,
                  double beta, void *c, int64_t ldc);
 
-/* k_copy_transposed.c: COPY into a contiguous out[0] from an in[0] that reads
- * out's last dim with a stride and another dim with stride 1 (a transpose), in
- * tiles; false, nothing written, when the layout is not that one. */
-bool em__copy_transposed(const em_kargs *k);
-
 /* Which library runs GEMMs (gemm.c): EMBER_GEMM ("auto", the default: measured
  * per class by gemm_pick.c; "openblas"; "onednn"; "rule": the old hand-made
  * table), read on first use; unset, OpenBLAS alone under valgrind (oneDNN's

@@ -229,7 +229,6 @@ static void copy_loop(char **p, const int64_t *s, int64_t n, void *vctx)
 
 int em_cpu_COPY(const em_kargs *k)
 {
-    if (em__copy_transposed(k)) return EM_OK;   /* a transposed layout, in tiles */
     em_tensor *ts[2] = {k->out[0], k->in[0]};
     copy_ctx c = {.ddt = ts[0]->dtype, .sdt = ts[1]->dtype,
                   .dsize = em_dtype_size(ts[0]->dtype), .ssize = em_dtype_size(ts[1]->dtype)};
