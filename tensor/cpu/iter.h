@@ -24,6 +24,14 @@
  * elements, so tiny tensors run on the calling thread. 0-d tensors are one
  * element; tensors with a 0-sized dim call fn zero times.
  *
+ * An input read across its rows (a transposed view: its stride along the
+ * walk's inner dim is a cache line or more, along the next one less) would
+ * thrash the cache, so then the walk goes by tiles of 32 x 64 elements of the
+ * two inner dims: such inputs are copied a tile at a time into per-thread
+ * scratch, and fn gets rows of 64 (or fewer) with those pointers in the
+ * scratch (stride = element size). An input pointer may therefore lie outside
+ * its tensor's storage; only output (operand 0) pointers are always in place.
+ *
  * fn runs concurrently on disjoint element ranges; it must not write shared
  * state (ctx is read-only from its point of view).
  */
