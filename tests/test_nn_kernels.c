@@ -302,6 +302,52 @@ START_TEST(test_softmax_backward_dtypes)
 }
 END_TEST
 
+/* Softmax over a dim that is not the last runs in blocks of 16 rows
+ * (k_nn.c: register transposes when the block and n are multiples of 16,
+ * element loops otherwise). Forward and backward against the references, and
+ * bit for bit against the same rows computed as last-dim rows of a contiguous
+ * transposed copy (one row function for both). */
+START_TEST(test_softmax_inner_dims_in_blocks)
+{
+    const int64_t shapes[3][4] = {{48, 40, 0, 0}, {2, 32, 17, 16}, {3, 33, 20, 0}};
+    const int nds[3] = {2, 4, 3}, dims[3] = {0, 1, 1};
+    for (int c = 0; c < 3; c++)
+        for (int lg = 0; lg < 2; lg++) EM_SCOPE {
+                int nd = nds[c], dim = dims[c];
+                const int64_t *sh = shapes[c];
+                double *xr, *gr;
+                em_tensor *x = rnd(nd, sh, EM_F32, -4, 4, 61 + c, &xr);
+                em_tensor *dy = rnd(nd, sh, EM_F32, -1, 1, 71 + c, &gr);
+                int64_t n = sh[dim], numel = em_numel(x), inner = 1;
+                for (int d = dim + 1; d < nd; d++) inner *= sh[d];
+                double *yr = malloc(sizeof(double) * (size_t)numel), *dr = malloc(sizeof(double) * (size_t)numel);
+                ref_softmax(xr, yr, nd, sh, dim, lg);
+                em_tensor *y = lg ? em_log_softmax(x, dim) : em_softmax(x, dim);
+                expect_close(y, yr, rtol_of(EM_F32), atol_of(EM_F32), "softmax over an inner dim");
+                double *yv = tu_to_doubles(y);
+                for (int64_t r = 0; r < numel / n; r++) {   /* rows: outer index r / inner, inner index r % inner */
+                    int64_t base = r / inner * n * inner + r % inner;
+                    double s = 0;
+                    for (int64_t j = 0; j < n; j++) s += lg ? gr[base + j * inner] : gr[base + j * inner] * yv[base + j * inner];
+                    for (int64_t j = 0; j < n; j++) {
+                        int64_t i = base + j * inner;
+                        dr[i] = lg ? gr[i] - exp(yv[i]) * s : yv[i] * (gr[i] - s);
+                    }
+                }
+                em_tensor *dx = em__softmax_backward(y, dy, dim, lg);
+                expect_close(dx, dr, 4 * rtol_of(EM_F32), 4 * atol_of(EM_F32), "softmax backward over an inner dim");
+                /* the same rows as last-dim rows */
+                em_tensor *xt = em_contiguous(em_transpose(x, dim, nd - 1));
+                em_tensor *yt = lg ? em_log_softmax(xt, nd - 1) : em_softmax(xt, nd - 1);
+                ck_assert_msg(bytes_equal(em_contiguous(em_transpose(yt, dim, nd - 1)), y), "case %d: bits differ", c);
+                em_tensor *dyt = em_contiguous(em_transpose(dy, dim, nd - 1));
+                em_tensor *dxt = em__softmax_backward(yt, dyt, nd - 1, lg);
+                ck_assert_msg(bytes_equal(em_contiguous(em_transpose(dxt, dim, nd - 1)), dx), "case %d: backward bits", c);
+                free(xr), free(gr), free(yr), free(dr), free(yv);
+            }
+}
+END_TEST
+
 /* ---- layer_norm ------------------------------------------------------------------ */
 
 START_TEST(test_layer_norm_forward)
@@ -959,7 +1005,7 @@ static Suite *make_suite(void)
     Suite *s = suite_create("nn_kernels");
     tu_add_tests(tu_case(s, "forward_backward", 120), test_softmax_dims_dtypes, test_softmax_last_dim_lengths,
                  test_softmax_noncontiguous, test_softmax_inf_and_edges, test_softmax_backward_fd,
-                 test_softmax_backward_dtypes, test_layer_norm_forward, test_layer_norm_layouts_and_offset,
+                 test_softmax_backward_dtypes, test_softmax_inner_dims_in_blocks, test_layer_norm_forward, test_layer_norm_layouts_and_offset,
                  test_layer_norm_backward_fd, test_layer_norm_backward_dtypes,
                  test_layer_norm_backward_deterministic, test_embedding_forward, test_embedding_backward,
                  test_embedding_backward_deterministic, test_dropout_p0_p1, test_dropout_statistics,

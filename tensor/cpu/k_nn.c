@@ -15,6 +15,7 @@
  * return EM_ERR_INVALID rather than read out of bounds.
  */
 #include "tensor/cpu/k_nn_rows.h"
+#include "tensor/cpu/transpose.h"
 #include "tensor/cpu/vmath.h"
 
 #include <math.h>
@@ -139,6 +140,40 @@ static void softmax_bigrow_f32(const float *x, float *y, int64_t n, bool log_out
     }
 }
 
+/* ---- softmax over a dim that is not the last ----------------------------------
+ * With inner = the elements after `dim` > 1, one row (one output's softmax)
+ * runs with stride inner, one cache line an element, and a row-at-a-time
+ * gather thrashed the cache ([2048,1024] over dim 0: 22 ms, against 0.65 over
+ * dim 1). COLS adjacent rows share those lines, so they are gathered together
+ * into scratch rows (whole lines read), each row goes through the same row
+ * function as the one-row gather (same values, same bits), and the block is
+ * scattered back. For contiguous f32 operands; other cases keep the row
+ * gather. */
+enum { COLS = 16 };
+
+static int64_t pitch_of(int64_t n) { return (n + 15) & ~(int64_t)15; }   /* 64-byte rows */
+
+/* dst row b (pitch floats) = column b of src's [n][inner] block, b < w */
+static void gather_cols(float *dst, int64_t pitch, const float *src, int64_t n, int64_t inner, int64_t w)
+{
+    if (w == COLS && n % 16 == 0) {   /* 16 x 16 register transposes */
+        transpose_f32(dst, pitch, src, inner, n, COLS);
+        return;
+    }
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t b = 0; b < w; b++) dst[b * pitch + i] = src[i * inner + b];
+}
+
+static void scatter_cols(float *dst, const float *src, int64_t pitch, int64_t n, int64_t inner, int64_t w)
+{
+    if (w == COLS && n % 16 == 0) {
+        transpose_f32(dst, inner, src, pitch, COLS, n);
+        return;
+    }
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t b = 0; b < w; b++) dst[i * inner + b] = src[b * pitch + i];
+}
+
 static int softmax_forward(const em_kargs *k, bool log_out)
 {
     const em_tensor *x = k->in[0];
@@ -160,6 +195,28 @@ static int softmax_forward(const em_kargs *k, bool log_out)
         }
 #pragma omp parallel for num_threads(nt) schedule(static)
         for (int64_t r = 0; r < rows; r++) softmax_row_f32(xp + r * n, yp + r * n, n, log_out);
+        return EM_OK;
+    }
+
+    int64_t inner = inner_size(x, dim);
+    if (x->dtype == EM_F32 && y->dtype == EM_F32 && em_is_contiguous(x) && em_is_contiguous(y) && inner > 1) {
+        const float *xp = (const float *)data_of(x) + x->offset;
+        float *yp = (float *)data_of(y) + y->offset;
+        int64_t blocks = (inner + COLS - 1) / COLS, tasks = numel / (n * inner) * blocks, pitch = pitch_of(n);
+        int ntk = threads_for(numel, tasks);
+        float *cols = em__malloc((size_t)ntk * COLS * (size_t)pitch * sizeof(float) + 64);
+        if (!cols) return EM_ERR_OOM;
+        float *aligned = (float *)(((uintptr_t)cols + 63) & ~(uintptr_t)63);
+#pragma omp parallel for num_threads(ntk) schedule(static)
+        for (int64_t t = 0; t < tasks; t++) {
+            float *buf = aligned + (size_t)omp_get_thread_num() * COLS * (size_t)pitch;
+            int64_t base = t / blocks * n * inner + t % blocks * COLS, w = inner - t % blocks * COLS;
+            if (w > COLS) w = COLS;
+            gather_cols(buf, pitch, xp + base, n, inner, w);
+            for (int64_t b = 0; b < w; b++) softmax_row_f32(buf + b * pitch, buf + b * pitch, n, log_out);
+            scatter_cols(yp + base, buf, pitch, n, inner, w);
+        }
+        em__free(cols);
         return EM_OK;
     }
 
@@ -239,6 +296,30 @@ static int softmax_backward(const em_kargs *k, bool log_out)
         float *op = (float *)data_of(dx) + dx->offset;
 #pragma omp parallel for num_threads(nt) schedule(static)
         for (int64_t r = 0; r < rows; r++) softmax_bwd_row_f32(yp + r * n, gp + r * n, op + r * n, n, log_out);
+        return EM_OK;
+    }
+
+    int64_t inner = inner_size(dx, dim);
+    if (y->dtype == EM_F32 && dy->dtype == EM_F32 && dx->dtype == EM_F32 && em_is_contiguous(y) &&
+        em_is_contiguous(dy) && em_is_contiguous(dx) && inner > 1) {   /* a dim not the last: blocks of COLS rows */
+        const float *yp = (const float *)data_of(y) + y->offset, *gp = (const float *)data_of(dy) + dy->offset;
+        float *op = (float *)data_of(dx) + dx->offset;
+        int64_t blocks = (inner + COLS - 1) / COLS, tasks = numel / (n * inner) * blocks, pitch = pitch_of(n);
+        int ntk = threads_for(numel, tasks);
+        float *cols = em__malloc((size_t)ntk * 2 * COLS * (size_t)pitch * sizeof(float) + 64);
+        if (!cols) return EM_ERR_OOM;
+        float *aligned = (float *)(((uintptr_t)cols + 63) & ~(uintptr_t)63);
+#pragma omp parallel for num_threads(ntk) schedule(static)
+        for (int64_t t = 0; t < tasks; t++) {
+            float *yb = aligned + (size_t)omp_get_thread_num() * 2 * COLS * (size_t)pitch, *gb = yb + COLS * pitch;
+            int64_t base = t / blocks * n * inner + t % blocks * COLS, w = inner - t % blocks * COLS;
+            if (w > COLS) w = COLS;
+            gather_cols(yb, pitch, yp + base, n, inner, w);
+            gather_cols(gb, pitch, gp + base, n, inner, w);
+            for (int64_t b = 0; b < w; b++) softmax_bwd_row_f32(yb + b * pitch, gb + b * pitch, gb + b * pitch, n, log_out);
+            scatter_cols(op + base, gb, pitch, n, inner, w);
+        }
+        em__free(cols);
         return EM_OK;
     }
 
