@@ -139,6 +139,40 @@ int em_cpu_INDEX_SELECT(const em_kargs *k)
     const char *xb = data_of(x);
     char *ob = data_of(out);
     const int nin = x->ndim - dim - 1;
+    if (inner == 1) {
+        /* along the last dim: one gather loop a row, where a copy call an
+         * element cost about 3 ns each ([2048,1024], 512 columns: 2.9 ms) */
+        const int64_t xs = x->stride[dim], os = out->stride[dim];
+#pragma omp parallel for schedule(static) if (pairs >= PAR_WORK && outer > 1)
+        for (int64_t o = 0; o < outer; o++) {
+            int64_t xo = 0, oo = 0, q = o;
+            for (int d = dim - 1; d >= 0; d--) {
+                int64_t i = q % x->shape[d];
+                q /= x->shape[d];
+                xo += i * x->stride[d];
+                oo += i * out->stride[d];
+            }
+#define SELECT_T(T)                                                                                       \
+    {                                                                                                     \
+        const T *src = (const T *)xb + xo;                                                                \
+        T *dst = (T *)ob + oo;                                                                            \
+        for (int64_t j = 0; j < nidx; j++)                                                                \
+            dst[j * os] = src[load_index(ip + j * istride * (int64_t)ies, index->dtype) * xs];            \
+    }
+            switch (es) {
+            case 1: SELECT_T(uint8_t) break;
+            case 2: SELECT_T(uint16_t) break;
+            case 4: SELECT_T(uint32_t) break;
+            case 8: SELECT_T(uint64_t) break;
+            default:
+                for (int64_t j = 0; j < nidx; j++)
+                    copy_elem(ob + (oo + j * os) * (int64_t)es,
+                              xb + (xo + load_index(ip + j * istride * (int64_t)ies, index->dtype) * xs) * (int64_t)es, es);
+            }
+#undef SELECT_T
+        }
+        return EM_OK;
+    }
 #pragma omp parallel for schedule(static) if (pairs * inner >= PAR_WORK && pairs > 1)
     for (int64_t p = 0; p < pairs; p++) {
         int64_t o = p / nidx, j = p % nidx;
