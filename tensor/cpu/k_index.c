@@ -323,6 +323,48 @@ static void scatter_rows(const em_kargs *k, int64_t R)
     }
 }
 
+/* SCATTER_ADD along a dim that is not index's last: one position off `dim`
+ * at a time walked index and src along `dim`, one cache line an element (a
+ * [2048,1024] scatter along dim 0: 21 ms, along dim 1: 5.7). Here a task takes
+ * SCATTER_COLS adjacent positions of the last dim and walks `dim` once for all
+ * of them. Each output element still receives its additions in the order of
+ * j, and positions still own distinct output elements: the same bits. */
+enum { SCATTER_COLS = 16 };
+
+static void scatter_blocks(const em_kargs *k, int64_t J, int64_t positions)
+{
+    em_tensor *out = k->out[0];
+    const em_tensor *index = k->in[1], *src = k->in[2];
+    const int dim = (int)k->i[0], last = index->ndim - 1;
+    const em_dtype dt = out->dtype;
+    const size_t es = em_dtype_size(dt), ies = em_dtype_size(index->dtype);
+    const char *ib = data_of(index), *sb = data_of(src);
+    char *ob = data_of(out);
+    const int64_t L = index->shape[last], blocks = (L + SCATTER_COLS - 1) / SCATTER_COLS;
+    const int64_t tasks = positions / L * blocks;
+    const int64_t ijs = index->stride[dim] * (int64_t)ies, sjs = src->stride[dim] * (int64_t)es;
+    const int64_t ils = index->stride[last] * (int64_t)ies, sls = src->stride[last] * (int64_t)es;
+    const int64_t od = out->stride[dim] * (int64_t)es, ols = out->stride[last] * (int64_t)es;
+#pragma omp parallel for schedule(static) if (positions * J >= PAR_WORK && tasks > 1)
+    for (int64_t t = 0; t < tasks; t++) {
+        int64_t c0 = t % blocks * SCATTER_COLS, w = L - c0 < SCATTER_COLS ? L - c0 : SCATTER_COLS;
+        int64_t q = t / blocks, io = c0 * index->stride[last], so = c0 * src->stride[last], oo = c0 * out->stride[last];
+        for (int d = last - 1; d >= 0; d--) {
+            if (d == dim) continue;
+            int64_t i = q % index->shape[d];
+            q /= index->shape[d];
+            io += i * index->stride[d];
+            so += i * src->stride[d];
+            oo += i * out->stride[d];
+        }
+        const char *ip = ib + io * (int64_t)ies, *sp = sb + so * (int64_t)es;
+        char *op = ob + oo * (int64_t)es;
+        for (int64_t j = 0; j < J; j++, ip += ijs, sp += sjs)
+            for (int64_t c = 0; c < w; c++)
+                add_elem(op + c * ols + load_index(ip + c * ils, index->dtype) * od, sp + c * sls, dt);
+    }
+}
+
 int em_cpu_SCATTER_ADD(const em_kargs *k)
 {
     em_tensor *out = k->out[0];
@@ -348,6 +390,11 @@ int em_cpu_SCATTER_ADD(const em_kargs *k)
     const int64_t J = index->shape[dim], tasks = n / J;
     const int64_t ijs = index->stride[dim] * (int64_t)ies, sjs = src->stride[dim] * (int64_t)es;
     const int64_t od = out->stride[dim] * (int64_t)es;
+    const int last = index->ndim - 1;
+    if (dim != last && index->shape[last] >= SCATTER_COLS) {
+        scatter_blocks(k, J, tasks);
+        return EM_OK;
+    }
 #pragma omp parallel for schedule(static) if (n >= PAR_WORK && tasks > 1)
     for (int64_t t = 0; t < tasks; t++) {
         int64_t q = t, io = 0, so = 0, oo = 0;
