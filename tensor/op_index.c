@@ -41,6 +41,19 @@ static bool check_indices(const char *op, em_tensor *index, int64_t size, int di
         distinct *= shape[d];
     }
     bool ok = true;
+    if (em_is_contiguous(h)) {   /* the usual case: a min/max sweep the compiler vectorizes (an N-d walk: 1.5 ns a value) */
+        int64_t lo = INT64_MAX, hi = INT64_MIN;
+        if (h->dtype == EM_I32) {
+            const int32_t *v = (const int32_t *)base;
+#pragma omp simd reduction(min : lo) reduction(max : hi)
+            for (int64_t e = 0; e < n; e++) lo = v[e] < lo ? v[e] : lo, hi = v[e] > hi ? v[e] : hi;
+        } else {
+            const int64_t *v = (const int64_t *)base;
+#pragma omp simd reduction(min : lo) reduction(max : hi)
+            for (int64_t e = 0; e < n; e++) lo = v[e] < lo ? v[e] : lo, hi = v[e] > hi ? v[e] : hi;
+        }
+        if (lo >= 0 && hi < size) distinct = 0;   /* all in range: skip the walk, which finds the first bad one */
+    }
     for (int64_t e = 0; e < distinct && ok; e++) {
         const char *p = base + off * (int64_t)es;
         int64_t v = h->dtype == EM_I32 ? *(const int32_t *)p : *(const int64_t *)p;

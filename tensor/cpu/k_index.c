@@ -240,8 +240,19 @@ int em_cpu_GATHER(const em_kargs *k)
         const char *ip = ib + g.ioff * (int64_t)ies;
         const char *xp = xb + g.xoff * (int64_t)es;
         char *op = ob + g.ooff * (int64_t)es;
-        for (int64_t i = 0; i < len; i++, ip += is, xp += xs, op += es)
-            copy_elem(op, xp + load_index(ip, index->dtype) * xd, es);
+        /* typed loops for the usual element and index sizes (a call and two
+         * switches an element cost about 3 ns) */
+#define GATHER_T(T, I)                                                                              \
+    for (int64_t i = 0; i < len; i++)                                                               \
+        ((T *)op)[i] = *(const T *)(xp + i * xs + *(const I *)(ip + i * is) * xd);
+        if (es == 4 && index->dtype == EM_I64) GATHER_T(uint32_t, int64_t)
+        else if (es == 4 && index->dtype == EM_I32) GATHER_T(uint32_t, int32_t)
+        else if (es == 8 && index->dtype == EM_I64) GATHER_T(uint64_t, int64_t)
+        else if (es == 2 && index->dtype == EM_I64) GATHER_T(uint16_t, int64_t)
+        else
+            for (int64_t i = 0; i < len; i++, ip += is, xp += xs, op += es)
+                copy_elem(op, xp + load_index(ip, index->dtype) * xd, es);
+#undef GATHER_T
     }
     return EM_OK;
 }
