@@ -351,6 +351,16 @@ static bool check_ce(const char *op, em_tensor *logits, em_tensor *target, int64
     return check_indices(op, target, logits->shape[1], true, ignore_index, "target", "logits", logits);
 }
 
+/* Logits whose class dim is strided (a transposed [N,C] view) read one cache
+ * line a class in the kernels' row gathers ([2048,1024]: 7.2 ms against 0.53);
+ * a contiguous copy (a tiled copy, recorded, so gradients flow) costs less.
+ * Called inside the op's scope. */
+static em_tensor *classes_contiguous(em_tensor *logits)
+{
+    if (logits->ndim != 2 || logits->stride[1] == 1 || logits->shape[1] < 16) return logits;
+    return em_contiguous(logits);   /* NULL on an outside failure (error set) */
+}
+
 em_tensor *em__cross_entropy(em_tensor *logits, em_tensor *target, int64_t ignore_index, em_reduction red,
                              em_tensor **lse)
 {
@@ -361,6 +371,10 @@ em_tensor *em__cross_entropy(em_tensor *logits, em_tensor *target, int64_t ignor
     if (!check_ce(op, logits, target, ignore_index, red)) return NULL;
     em_dtype sdt = logits->dtype == EM_F64 ? EM_F64 : EM_F32;
     em_scope_begin();
+    if (!(logits = classes_contiguous(logits))) {
+        em_scope_end();
+        return NULL;
+    }
     em_tensor *loss = em__empty(red == EM_REDUCE_NONE ? 1 : 0, logits->shape, logits->dtype, logits->device);
     em_tensor *l = em__empty(1, logits->shape, sdt, logits->device);
     em_kargs k = {.op = EM_OP_CROSS_ENTROPY, .in = {logits, target}, .out = {loss, l}, .i = {ignore_index, red}};
@@ -398,6 +412,10 @@ em_tensor *em__cross_entropy_backward(em_tensor *dloss, em_tensor *logits, em_te
              op, "lse %s (%s) must be a float [N] tensor for logits %s", em__shape_str(lse),
              em_dtype_name(lse->dtype), em__shape_str(logits));
     em_scope_begin();
+    if (!(logits = classes_contiguous(logits))) {
+        em_scope_end();
+        return NULL;
+    }
     em_tensor *dx = em__empty(2, logits->shape, logits->dtype, logits->device);
     em_kargs k = {.op = EM_OP_CROSS_ENTROPY_BWD, .in = {logits, target, lse, dloss}, .out = {dx},
                   .i = {ignore_index, red}};

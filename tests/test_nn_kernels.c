@@ -800,6 +800,36 @@ END_TEST
 
 /* ---- cross-entropy ---------------------------------------------------------------------- */
 
+/* Logits with a strided class dim (a transposed [N,C] view, C >= 16) are
+ * copied to contiguous rows first (op_nn.c): loss, lse and the gradient
+ * through autograd bit for bit as from contiguous logits. */
+START_TEST(test_cross_entropy_transposed_logits)
+{
+    EM_SCOPE {
+        const int64_t N = 40, C = 37;
+        double *xr;
+        em_tensor *base = rnd(2, (int64_t[]){C, N}, EM_F32, -4, 4, 181, &xr);
+        int64_t tv[40];
+        for (int n = 0; n < 40; n++) tv[n] = n % 9 == 4 ? -100 : (n * 7) % C;
+        em_tensor *t = ids_tensor(1, &N, tv, EM_I64);
+        em_tensor *lt = em_requires_grad_(em_clone(base), true), *lc = em_requires_grad_(em_clone(base), true);
+        em_tensor *xt = em_transpose(lt, 0, 1), *xc = em_contiguous(em_transpose(lc, 0, 1));
+        ck_assert(!em_is_contiguous(xt));
+        for (int red = 0; red < 3; red++) {
+            em_tensor *a = em_cross_entropy(xt, t, -100, (em_reduction)red), *b = em_cross_entropy(xc, t, -100, (em_reduction)red);
+            ck_assert_msg(bytes_equal(a, b), "reduction %d", red);
+        }
+        em_backward(em_cross_entropy(xt, t, -100, EM_REDUCE_MEAN));
+        em_backward(em_cross_entropy(xc, t, -100, EM_REDUCE_MEAN));
+        ck_assert(em_grad(lt) && em_grad(lc) && bytes_equal(em_grad(lt), em_grad(lc)));
+        em_tensor *dl = em_ones(1, &N, EM_F32, EM_CPU);
+        ck_assert(bytes_equal(em_cross_entropy_backward(dl, xt, t, -100, EM_REDUCE_NONE),
+                              em_cross_entropy_backward(dl, xc, t, -100, EM_REDUCE_NONE)));
+        free(xr);
+    }
+}
+END_TEST
+
 START_TEST(test_cross_entropy_forward)
 {
     const int64_t N = 7, C = 5;
@@ -1009,7 +1039,7 @@ static Suite *make_suite(void)
                  test_layer_norm_backward_fd, test_layer_norm_backward_dtypes,
                  test_layer_norm_backward_deterministic, test_embedding_forward, test_embedding_backward,
                  test_embedding_backward_deterministic, test_dropout_p0_p1, test_dropout_statistics,
-                 test_dropout_determinism_and_layout, test_dropout_backward_saved_mask, test_gelu_backward_given_y, test_cross_entropy_forward, test_cross_entropy_edges,
+                 test_dropout_determinism_and_layout, test_dropout_backward_saved_mask, test_gelu_backward_given_y, test_cross_entropy_transposed_logits, test_cross_entropy_forward, test_cross_entropy_edges,
                  test_cross_entropy_backward, test_no_leaks);
     tu_add_misuse_tests(tu_case(s, "misuse", 0), misuse_softmax_int, misuse_softmax_dim,
                         misuse_softmax_bwd_shape, misuse_ln_weight, misuse_ln_weight_dtype, misuse_ln_bwd_stats,
