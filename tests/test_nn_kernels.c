@@ -271,6 +271,23 @@ START_TEST(test_softmax_backward_fd)
 }
 END_TEST
 
+/* The softmax (log_softmax) gradient from y and dy, contiguous, over rows of n
+ * along a dim with `inner` elements after it: row r starts at its outer index
+ * (r / inner) times n inner plus its inner index (r % inner). */
+static void ref_softmax_backward(const double *g, const double *y, int64_t numel, int64_t n, int64_t inner, bool lg,
+                                 double *out)
+{
+    for (int64_t r = 0; r < numel / n; r++) {
+        int64_t base = r / inner * n * inner + r % inner;
+        double s = 0;
+        for (int64_t j = 0; j < n; j++) s += lg ? g[base + j * inner] : g[base + j * inner] * y[base + j * inner];
+        for (int64_t j = 0; j < n; j++) {
+            int64_t i = base + j * inner;
+            out[i] = lg ? g[i] - exp(y[i]) * s : y[i] * (g[i] - s);
+        }
+    }
+}
+
 START_TEST(test_softmax_backward_dtypes)
 {
     const int64_t shape[2] = {6, 33};
@@ -284,16 +301,7 @@ START_TEST(test_softmax_backward_dtypes)
                     em_tensor *y = lg ? em_log_softmax(x, dim) : em_softmax(x, dim);
                     double *yv = tu_to_doubles(y);
                     /* analytic, per row along dim, from the y the kernel saw */
-                    int64_t n = shape[dim], rows = 198 / n, st = dim == 1 ? 1 : 33;
-                    for (int64_t r = 0; r < rows; r++) {
-                        int64_t base = dim == 1 ? r * 33 : r;
-                        double s = 0;
-                        for (int64_t j = 0; j < n; j++) s += lg ? gr[base + j * st] : gr[base + j * st] * yv[base + j * st];
-                        for (int64_t j = 0; j < n; j++) {
-                            int64_t i = base + j * st;
-                            ref[i] = lg ? gr[i] - exp(yv[i]) * s : yv[i] * (gr[i] - s);
-                        }
-                    }
+                    ref_softmax_backward(gr, yv, 198, shape[dim], dim == 1 ? 1 : 33, lg, ref);
                     em_tensor *dx = em__softmax_backward(y, dy, dim, lg);
                     ck_assert_int_eq(dx->dtype, dt);
                     expect_close(dx, ref, 4 * rtol_of(dt), 4 * atol_of(dt), "softmax backward");
@@ -325,15 +333,7 @@ START_TEST(test_softmax_inner_dims_in_blocks)
                 em_tensor *y = lg ? em_log_softmax(x, dim) : em_softmax(x, dim);
                 expect_close(y, yr, rtol_of(EM_F32), atol_of(EM_F32), "softmax over an inner dim");
                 double *yv = tu_to_doubles(y);
-                for (int64_t r = 0; r < numel / n; r++) {   /* rows: outer index r / inner, inner index r % inner */
-                    int64_t base = r / inner * n * inner + r % inner;
-                    double s = 0;
-                    for (int64_t j = 0; j < n; j++) s += lg ? gr[base + j * inner] : gr[base + j * inner] * yv[base + j * inner];
-                    for (int64_t j = 0; j < n; j++) {
-                        int64_t i = base + j * inner;
-                        dr[i] = lg ? gr[i] - exp(yv[i]) * s : yv[i] * (gr[i] - s);
-                    }
-                }
+                ref_softmax_backward(gr, yv, numel, n, inner, lg, dr);
                 em_tensor *dx = em__softmax_backward(y, dy, dim, lg);
                 expect_close(dx, dr, 4 * rtol_of(EM_F32), 4 * atol_of(EM_F32), "softmax backward over an inner dim");
                 /* the same rows as last-dim rows */
