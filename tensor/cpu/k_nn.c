@@ -150,6 +150,9 @@ static void softmax_bigrow_f32(const float *x, float *y, int64_t n, bool log_out
  * scattered back. For contiguous f32 operands; other cases keep the row
  * gather. */
 enum { COLS = 16 };
+/* Longer rows keep the one-row gather: a block's scratch (COLS rows, 4 MB at
+ * this length, twice that for the backward) stays within a few L2s. */
+#define COLS_MAX_N ((int64_t)1 << 16)
 
 static int64_t pitch_of(int64_t n) { return (n + 15) & ~(int64_t)15; }   /* 64-byte rows */
 
@@ -199,7 +202,8 @@ static int softmax_forward(const em_kargs *k, bool log_out)
     }
 
     int64_t inner = inner_size(x, dim);
-    if (x->dtype == EM_F32 && y->dtype == EM_F32 && em_is_contiguous(x) && em_is_contiguous(y) && inner > 1) {
+    if (x->dtype == EM_F32 && y->dtype == EM_F32 && em_is_contiguous(x) && em_is_contiguous(y) && inner > 1 &&
+        n <= COLS_MAX_N) {
         const float *xp = (const float *)data_of(x) + x->offset;
         float *yp = (float *)data_of(y) + y->offset;
         int64_t blocks = (inner + COLS - 1) / COLS, tasks = numel / (n * inner) * blocks, pitch = pitch_of(n);
@@ -301,7 +305,7 @@ static int softmax_backward(const em_kargs *k, bool log_out)
 
     int64_t inner = inner_size(dx, dim);
     if (y->dtype == EM_F32 && dy->dtype == EM_F32 && dx->dtype == EM_F32 && em_is_contiguous(y) &&
-        em_is_contiguous(dy) && em_is_contiguous(dx) && inner > 1) {   /* a dim not the last: blocks of COLS rows */
+        em_is_contiguous(dy) && em_is_contiguous(dx) && inner > 1 && n <= COLS_MAX_N) {   /* blocks of COLS rows */
         const float *yp = (const float *)data_of(y) + y->offset, *gp = (const float *)data_of(dy) + dy->offset;
         float *op = (float *)data_of(dx) + dx->offset;
         int64_t blocks = (inner + COLS - 1) / COLS, tasks = numel / (n * inner) * blocks, pitch = pitch_of(n);
