@@ -350,6 +350,30 @@ END_TEST
 
 /* ---- layer_norm ------------------------------------------------------------------ */
 
+/* layer_norm's backward with a strided dy (a transposed view, D >= 16) copies
+ * dy to contiguous rows first (op_nn.c): dx, dw and db bit for bit as from a
+ * contiguous dy. */
+START_TEST(test_layer_norm_backward_transposed_dy)
+{
+    EM_SCOPE {
+        const int64_t R = 37, D = 48;
+        double *xr, *gr, *wr;
+        em_tensor *x = rnd(2, (int64_t[]){R, D}, EM_F32, -3, 3, 191, &xr);
+        em_tensor *g0 = rnd(2, (int64_t[]){D, R}, EM_F32, -1, 1, 192, &gr);
+        em_tensor *w = rnd(1, &D, EM_F32, 0.5, 1.5, 193, &wr), *b = em_zeros(1, &D, EM_F32, EM_CPU);
+        em_tensor *mu, *rs;
+        em_layer_norm(x, w, b, 1e-5, &mu, &rs);
+        em_tensor *gt = em_transpose(g0, 0, 1), *gc = em_contiguous(gt);
+        ck_assert(!em_is_contiguous(gt));
+        em_tensor *dwt, *dbt, *dwc, *dbc;
+        em_tensor *dxt = em_layer_norm_backward(gt, x, mu, rs, w, &dwt, &dbt);
+        em_tensor *dxc = em_layer_norm_backward(gc, x, mu, rs, w, &dwc, &dbc);
+        ck_assert(dxt && dxc && bytes_equal(dxt, dxc) && bytes_equal(dwt, dwc) && bytes_equal(dbt, dbc));
+        free(xr), free(gr), free(wr);
+    }
+}
+END_TEST
+
 START_TEST(test_layer_norm_forward)
 {
     const int64_t shapes[2][3] = {{6, 37, 0}, {2, 3, 16}};
@@ -1035,7 +1059,7 @@ static Suite *make_suite(void)
     Suite *s = suite_create("nn_kernels");
     tu_add_tests(tu_case(s, "forward_backward", 120), test_softmax_dims_dtypes, test_softmax_last_dim_lengths,
                  test_softmax_noncontiguous, test_softmax_inf_and_edges, test_softmax_backward_fd,
-                 test_softmax_backward_dtypes, test_softmax_inner_dims_in_blocks, test_layer_norm_forward, test_layer_norm_layouts_and_offset,
+                 test_softmax_backward_dtypes, test_softmax_inner_dims_in_blocks, test_layer_norm_forward, test_layer_norm_backward_transposed_dy, test_layer_norm_layouts_and_offset,
                  test_layer_norm_backward_fd, test_layer_norm_backward_dtypes,
                  test_layer_norm_backward_deterministic, test_embedding_forward, test_embedding_backward,
                  test_embedding_backward_deterministic, test_dropout_p0_p1, test_dropout_statistics,
