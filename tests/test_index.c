@@ -110,6 +110,13 @@ START_TEST(test_cat_every_dim_and_dtype)
         em_tensor *big[2] = {tu_rand_tensor(EM_SHAPE(300, 200), EM_F32, -1, 1, 9, NULL),
                              em_transpose(tu_rand_tensor(EM_SHAPE(100, 300), EM_F32, -1, 1, 10, NULL), 0, 1)};
         check_cat(2, big, 1);
+        /* transposed inputs of every dtype (the iterator's tiled copy), along both dims */
+        for (int di = 0; di < N_DTYPES; di++) {
+            em_tensor *tr[2] = {tu_rand_tensor(EM_SHAPE(40, 70), all_dtypes[di], -5, 5, 11, NULL),
+                                em_transpose(tu_rand_tensor(EM_SHAPE(70, 40), all_dtypes[di], -5, 5, 12, NULL), 0, 1)};
+            check_cat(2, tr, 0);
+            check_cat(2, tr, 1);
+        }
     }
     ck_assert_int_eq(tu_live_bytes(), before);
 }

@@ -782,6 +782,31 @@ END_TEST
  * not x's shape or dtype is not read; a y changed in place after it was used
  * (without grad, so its history stays) is dropped, not an error, and the
  * gradient is the one from x alone. */
+/* Dropout of a non-contiguous view on the CPU runs on a contiguous copy
+ * (op_nn.c): output and mask bit for bit as for the copy, and the gradient
+ * flows back to the view's base. */
+START_TEST(test_dropout_transposed_input)
+{
+    for (int di = 0; di < NFLOATS; di++) EM_SCOPE {
+            em_dtype dt = FLOATS[di];
+            double *xr;
+            em_tensor *base = em_requires_grad_(rnd(2, (int64_t[]){70, 40}, dt, -2, 2, 201, &xr), true);
+            em_tensor *xt = em_transpose(base, 0, 1), *mt, *mc;
+            em_tensor *yt = em_dropout(xt, 0.3, 9, 4, &mt);
+            em_tensor *yc = em_dropout(em_contiguous(xt), 0.3, 9, 4, &mc);
+            ck_assert_msg(bytes_equal(yt, yc) && bytes_equal(mt, mc), "dropout %s of a transposed view", em_dtype_name(dt));
+            em_backward(em_sum(yt, 0, NULL, false));
+            ck_assert(em_grad(base) != NULL);
+            double *g = tu_to_doubles(em_grad(base)), *m = tu_to_doubles(em_transpose(mt, 0, 1));
+            int64_t bad = -1;
+            for (int64_t i = 0; i < 70 * 40 && bad < 0; i++)
+                if ((g[i] != 0) != (m[i] != 0)) bad = i;
+            ck_assert_msg(bad < 0, "dropout %s: gradient and mask disagree at %lld", em_dtype_name(dt), (long long)bad);
+            free(xr), free(g), free(m);
+        }
+}
+END_TEST
+
 START_TEST(test_gelu_backward_given_y)
 {
     double *xr, *gr;
@@ -1063,7 +1088,7 @@ static Suite *make_suite(void)
                  test_layer_norm_backward_fd, test_layer_norm_backward_dtypes,
                  test_layer_norm_backward_deterministic, test_embedding_forward, test_embedding_backward,
                  test_embedding_backward_deterministic, test_dropout_p0_p1, test_dropout_statistics,
-                 test_dropout_determinism_and_layout, test_dropout_backward_saved_mask, test_gelu_backward_given_y, test_cross_entropy_transposed_logits, test_cross_entropy_forward, test_cross_entropy_edges,
+                 test_dropout_determinism_and_layout, test_dropout_backward_saved_mask, test_dropout_transposed_input, test_gelu_backward_given_y, test_cross_entropy_transposed_logits, test_cross_entropy_forward, test_cross_entropy_edges,
                  test_cross_entropy_backward, test_no_leaks);
     tu_add_misuse_tests(tu_case(s, "misuse", 0), misuse_softmax_int, misuse_softmax_dim,
                         misuse_softmax_bwd_shape, misuse_ln_weight, misuse_ln_weight_dtype, misuse_ln_bwd_stats,

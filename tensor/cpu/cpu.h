@@ -30,6 +30,11 @@ void em_cpu_gemm(em_gemm_type t, bool trans_a, bool trans_b, int64_t m, int64_t 
                  double alpha, const void *a, int64_t lda, const void *b, int64_t ldb,
                  double beta, void *c, int64_t ldc);
 
+/* k_elementwise.c: dst = src element by element (dtype conversion included),
+ * through the iterator (any strides, transposed inputs in tiles); dst and src
+ * have one shape. The COPY kernel's body, for kernels that copy blocks. */
+void em__cpu_copy(em_tensor *dst, const em_tensor *src);
+
 /* Which library runs GEMMs (gemm.c): EMBER_GEMM ("auto", the default: measured
  * per class by gemm_pick.c; "openblas"; "onednn"; "rule": the old hand-made
  * table), read on first use; unset, OpenBLAS alone under valgrind (oneDNN's

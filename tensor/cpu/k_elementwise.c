@@ -227,12 +227,17 @@ static void copy_loop(char **p, const int64_t *s, int64_t n, void *vctx)
     }
 }
 
+void em__cpu_copy(em_tensor *dst, const em_tensor *src)
+{
+    em_tensor *ts[2] = {dst, (em_tensor *)src};
+    copy_ctx c = {.ddt = dst->dtype, .sdt = src->dtype, .dsize = em_dtype_size(dst->dtype),
+                  .ssize = em_dtype_size(src->dtype)};
+    em__iter_run(2, ts, copy_loop, &c, 0);
+}
+
 int em_cpu_COPY(const em_kargs *k)
 {
-    em_tensor *ts[2] = {k->out[0], k->in[0]};
-    copy_ctx c = {.ddt = ts[0]->dtype, .sdt = ts[1]->dtype,
-                  .dsize = em_dtype_size(ts[0]->dtype), .ssize = em_dtype_size(ts[1]->dtype)};
-    em__iter_run(2, ts, copy_loop, &c, 0);
+    em__cpu_copy(k->out[0], k->in[0]);
     return EM_OK;
 }
 
