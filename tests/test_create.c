@@ -235,7 +235,7 @@ START_TEST(copy_every_dtype_pair_and_layout)
 END_TEST
 
 /* Conversions that round: f64 -> f32/bf16 to nearest even, float -> int toward zero. */
-/* A contiguous copy of a transposed layout runs in tiles (k_copy_transposed.c)
+/* A contiguous copy of a transposed layout runs in tiles (the iterator, tensor/cpu/iter.c)
  * once both dims reach a tile: every dtype pair, sizes that are not multiples
  * of the tile, a narrowed (offset) source, 3-d permutes whose stride-1 dim is
  * not next to the last, and an expanded outer dim. Values as the element-wise
