@@ -136,6 +136,42 @@ START_TEST(steady_loop_reuses_cached_blocks)
 }
 END_TEST
 
+/* Whether the mapping holding address a is marked MADV_HUGEPAGE ("hg" among
+ * /proc/self/smaps's VmFlags); -1 when smaps cannot be read. */
+static int advised_huge(uintptr_t a)
+{
+    FILE *f = fopen("/proc/self/smaps", "r");
+    if (!f) return -1;
+    char line[512];
+    int in = 0, r = 0;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long lo, hi;
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' ')) in = a >= lo && a < hi;
+        else if (in && !strncmp(line, "VmFlags:", 8)) r = strstr(line, " hg") != NULL;
+    }
+    fclose(f);
+    return r;
+}
+
+START_TEST(big_blocks_get_huge_pages)
+{
+    /* 3 MiB and more: the block starts on a 2 MiB boundary and its whole huge
+     * pages are advised (tensor/alloc.c); a fresh block, not a cached one */
+    em_empty_cache(EM_CPU);
+    EM_SCOPE {
+        em_tensor *t = em_full(EM_SHAPE(3 << 18), 1.0, EM_F32, EM_CPU);
+        uintptr_t p = (uintptr_t)em_data_ptr(t);
+        ck_assert_uint_eq(p % (2u << 20), 0);
+        int hg = advised_huge(p);
+        if (hg >= 0) ck_assert_msg(hg == 1, "the block at %#lx is not marked for huge pages", (unsigned long)p);
+        ck_assert_float_eq(((float *)em_data_ptr(t))[(3 << 18) - 1], 1.0f);
+        /* a small block keeps its 64-byte alignment only */
+        em_tensor *s = em_empty(EM_SHAPE(1000), EM_F32, EM_CPU);
+        ck_assert_uint_eq((uintptr_t)em_data_ptr(s) % 64, 0);
+    }
+}
+END_TEST
+
 START_TEST(misuse_names_op_shapes_and_caller)
 {
     /* the message carries this file's name and the line of the call */
@@ -245,7 +281,7 @@ int main(void)
     tu_add_tests(tu_case(s, "memory", 0), cpu_memory_is_64_byte_aligned, live_and_peak_bytes, views_keep_storage_alive,
                  scope_releases_everything_but_kept, keep_moves_into_parent_scope,
                  op_chains_in_scopes_return_to_baseline, fail_nth_allocation_leaks_nothing,
-                 steady_loop_reuses_cached_blocks);
+                 steady_loop_reuses_cached_blocks, big_blocks_get_huge_pages);
     TCase *tm = tu_case(s, "misuse", 0);
     tu_add_misuse_tests(tm, misuse_names_op_shapes_and_caller, misuse_bad_view, misuse_unbalanced_scope,
                         misuse_use_after_release, misuse_double_release, misuse_result_escaping_its_scope,
