@@ -301,6 +301,8 @@ int em_cpu_SDPA(const em_kargs *k)
 #pragma omp for schedule(static)
         for (int64_t bh = 0; bh < B * H; bh++) {
             if (failed) continue;
+            if (bh + 1 < B * H)   /* the thread's next pair (static schedule: its own): q, k, v */
+                for (int i = 0; i < 3; i++) prefetch_pair(k->in[i], (bh + 1) / H, (bh + 1) % H, k->in[i]->shape[2]);
             if (amx) em__sdpa_amx_forward(k, &dr, ws, bh / H, bh % H);
             else if (dbl) forward_pair_f64(k, &dr, &w, bh / H, bh % H);
             else forward_pair_f32(k, &dr, &w, bh / H, bh % H);
@@ -341,6 +343,10 @@ int em_cpu_SDPA_BWD(const em_kargs *ka)
 #pragma omp for schedule(static)
         for (int64_t bh = 0; bh < B * H; bh++) {
             if (failed) continue;
+            if (bh + 1 < B * H) {   /* the thread's next pair: q, k, v, dout */
+                const int ti[4] = {3, 4, 5, 7};
+                for (int i = 0; i < 4; i++) prefetch_pair(t[ti[i]], (bh + 1) / H, (bh + 1) % H, t[ti[i]]->shape[2]);
+            }
             if (amx) em__sdpa_amx_backward(t, scale, pad_queries, &dr, ws, bh / H, bh % H);
             else if (dbl) backward_pair_f64(t, scale, pad_queries, &dr, &w, bh / H, bh % H);
             else backward_pair_f32(t, scale, pad_queries, &dr, &w, bh / H, bh % H);
