@@ -5,8 +5,8 @@
  * of two apart) and hands them out again, so a steady training loop does not
  * go back to glibc, which mmaps and zero-faults large blocks anew each time.
  * Cached bytes are capped (EM_CPU_CACHE_MB, default 8192); em_empty_cache
- * returns everything to the system. Blocks of 2 MiB and more get huge pages
- * (system_alloc below). */
+ * returns everything to the system. EM_CPU_HUGEPAGES=1 gives blocks of
+ * 2 MiB and more huge pages (system_alloc below). */
 #include "tensor/tensor_internal.h"
 
 #include <pthread.h>
@@ -136,15 +136,17 @@ static int bucket_of(size_t size)
     return -1;
 }
 
-/* Blocks of at least HUGE bytes start on a 2 MiB boundary and ask the kernel
- * for transparent huge pages (MADV_HUGEPAGE: Debian's default THP mode is
- * "madvise", so without the call every block is 4 KiB pages). A training
- * step streams through tens of megabytes of activations, gradients and
- * optimizer state, and GEMM packing reads panels far apart: with 2 MiB pages
- * the f32 config B step took 166-174 ms against 178-181 (docs/PERFORMANCE.md).
- * Only whole 2 MiB pages inside the requested bytes are advised, so resident
- * memory does not grow; the rest, a kernel without THP, or
- * EM_CPU_HUGEPAGES=0 leave ordinary pages. */
+/* With EM_CPU_HUGEPAGES=1, blocks of at least HUGE bytes start on a 2 MiB
+ * boundary and ask the kernel for transparent huge pages (MADV_HUGEPAGE;
+ * Debian's default THP mode is "madvise", so otherwise every block is 4 KiB
+ * pages). Off by default, as torch's THP_MEM_ALLOC_ENABLE: measured on the
+ * 2-vCPU cloud VMs (docs/PERFORMANCE.md), a step that streams through tens of
+ * megabytes runs 2-7% faster on huge pages (fewer two-level TLB walks), but
+ * the first touch of a 2 MiB page the guest has not used before waits for
+ * the host to back it (256 MiB: 2.7 s, against 0.09 s in 4 KiB pages), and a
+ * whole fine-tune (bench/finetune) took 28.2-28.8 s of wall time against
+ * 25.0-26.0. Only whole 2 MiB pages inside the requested bytes are advised,
+ * so resident memory does not grow. */
 #define HUGE ((size_t)2 << 20)
 
 static bool hugepages_on(void)
@@ -152,7 +154,7 @@ static bool hugepages_on(void)
     static int on = -1;   /* read once; a race reads the same value twice */
     if (on < 0) {
         const char *e = getenv("EM_CPU_HUGEPAGES");
-        on = !(e && !strcmp(e, "0"));
+        on = e && !strcmp(e, "1");
     }
     return on;
 }

@@ -4,6 +4,7 @@
 #include "ember_config.h"
 #include "tensor/tensor_internal.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 START_TEST(cpu_memory_is_64_byte_aligned)
@@ -155,8 +156,9 @@ static int advised_huge(uintptr_t a)
 
 START_TEST(big_blocks_get_huge_pages)
 {
-    /* 3 MiB and more: the block starts on a 2 MiB boundary and its whole huge
-     * pages are advised (tensor/alloc.c); a fresh block, not a cached one */
+    /* with EM_CPU_HUGEPAGES=1 (main sets it), 3 MiB: the block starts on a
+     * 2 MiB boundary and its whole huge pages are advised (tensor/alloc.c); a
+     * fresh block, not a cached one */
     em_empty_cache(EM_CPU);
     EM_SCOPE {
         em_tensor *t = em_full(EM_SHAPE(3 << 18), 1.0, EM_F32, EM_CPU);
@@ -277,6 +279,7 @@ END_TEST
 
 int main(void)
 {
+    setenv("EM_CPU_HUGEPAGES", "1", 1);   /* read once, at the first block of 2 MiB or more */
     Suite *s = suite_create("memory");
     tu_add_tests(tu_case(s, "memory", 0), cpu_memory_is_64_byte_aligned, live_and_peak_bytes, views_keep_storage_alive,
                  scope_releases_everything_but_kept, keep_moves_into_parent_scope,
