@@ -3,6 +3,7 @@
  * different ranks), empty tensors, non-contiguous inputs (transposed, narrowed,
  * expanded) and every dtype each op accepts. */
 #include "check_util.h"
+#include "tensor/op_grad.h"
 #include "tensor/tensor_internal.h"
 
 #include <math.h>
@@ -486,6 +487,41 @@ START_TEST(transposed_operands_in_tiles)
 }
 END_TEST
 
+/* Heavy ops run long rows in prefetched blocks of 1024 elements (iter.c):
+ * the same bits as pieces too short to be blocked, for a contiguous row, a
+ * strided one and a broadcast input, forward and backward. */
+START_TEST(heavy_ops_in_prefetched_blocks)
+{
+    const em_dtype dts[] = {EM_F32, EM_BF16, EM_F64};
+    const int64_t n = 2 * 1024 + 1000 + 37, piece = 1000;   /* blocked: >= 2048 in one row */
+    for (size_t d = 0; d < sizeof dts / sizeof *dts; d++)
+        for (int layout = 0; layout < 2; layout++) EM_SCOPE {
+                em_dtype dt = dts[d];
+                em_tensor *base = em_to_dtype(em_randn(EM_SHAPE(2 * n), EM_F32, EM_CPU), dt);
+                /* layout 1: every other element (stride 2) */
+                em_tensor *x = layout ? em_select(em_view(base, 2, (int64_t[]){n, 2}), 1, 1)
+                                      : em_narrow(base, 0, 1, n);
+                em_tensor *dy = em_to_dtype(em_randn(EM_SHAPE(n), EM_F32, EM_CPU), dt);
+                em_tensor *e = em_full(EM_SHAPE(1), 1.5, dt, EM_CPU);   /* broadcast exponent */
+                em_tensor *xa = em_abs(x);
+                em_tensor *whole[3] = {em_gelu(x), em__unary_backward(EM_OP_GELU, x, dy), em_pow(xa, e)};
+                for (int64_t o = 0; o < n; o += piece) {
+                    int64_t m = n - o < piece ? n - o : piece;
+                    em_tensor *xs = em_narrow(x, 0, o, m), *ds = em_narrow(dy, 0, o, m);
+                    em_tensor *parts[3] = {em_gelu(xs), em__unary_backward(EM_OP_GELU, xs, ds),
+                                           em_pow(em_narrow(xa, 0, o, m), e)};
+                    for (int f = 0; f < 3; f++) {
+                        em_tensor *w = em_contiguous(em_narrow(whole[f], 0, o, m));
+                        ck_assert_msg(!memcmp(em_data_ptr(w), em_data_ptr(em_contiguous(parts[f])),
+                                              (size_t)m * em_dtype_size(dt)),
+                                      "op %d, %s, layout %d, elements %lld..%lld", f, em_dtype_name(dt), layout,
+                                      (long long)o, (long long)(o + m));
+                    }
+                }
+            }
+}
+END_TEST
+
 START_TEST(where_matches_reference)
 {
     typedef struct { int nc; int64_t c[3]; int nx; int64_t x[3]; int ny; int64_t y[3]; } wcase;
@@ -682,6 +718,7 @@ static Suite *make_suite(void)
     tcase_add_loop_test(tc, unary_ops_match_reference, 0, N_UN_CASES);
     tcase_add_test(tc, unary_special_values);
     tcase_add_test(tc, transposed_operands_in_tiles);
+    tcase_add_test(tc, heavy_ops_in_prefetched_blocks);
     tcase_add_test(tc, where_matches_reference);
     tcase_add_test(tc, masked_fill_matches_reference);
     tcase_add_test(tc, outputs_are_fresh);

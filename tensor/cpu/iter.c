@@ -96,8 +96,39 @@ static int64_t iter_build(iter *it, int nops, em_tensor *const *ts)
     return numel;
 }
 
-/* Calls fn over elements [begin, end) of the row-major walk. */
-static void iter_walk(const iter *it, int64_t begin, int64_t end, em_iter_fn fn, void *ctx)
+/* ---- prefetching, for heavy ops (iter.h) -----------------------------------------
+ * A row of at least 2 * PF_BLOCK elements runs in blocks of PF_BLOCK; before
+ * each block, the next block of every input read with a stride below a cache
+ * line is prefetched into L2. Measured on GELU [2048,1024] with the caches
+ * evicted first (as in a training step, where the forward's x comes back from
+ * memory in the backward): bf16 0.89 -> 0.62 ms, f32 1.77 -> 1.31 (hot: 0.54 /
+ * 1.10); prefetching the output, or two blocks ahead, gained nothing. */
+enum { PF_BLOCK = 1024 };
+
+static void prefetch_inputs(char *const *p, const int64_t *inner, int nops, int64_t from, int64_t n)
+{
+    for (int i = 1; i < nops; i++) {
+        int64_t s = inner[i];
+        if (s <= 0 || s >= 64) continue;   /* broadcast, or one line an element */
+        const char *a = p[i] + from * s;
+        for (int64_t o = 0; o < n * s; o += 64) __builtin_prefetch(a + o, 0, 2);
+    }
+}
+
+static void run_prefetched(char *const *p, const int64_t *inner, int nops, int64_t len, em_iter_fn fn, void *ctx)
+{
+    char *q[EM_ITER_MAX_OPS];
+    for (int64_t o = 0; o < len; o += PF_BLOCK) {
+        int64_t m = len - o < PF_BLOCK ? len - o : PF_BLOCK, nx = o + PF_BLOCK;
+        if (nx < len) prefetch_inputs(p, inner, nops, nx, len - nx < PF_BLOCK ? len - nx : PF_BLOCK);
+        for (int i = 0; i < nops; i++) q[i] = p[i] + o * inner[i];
+        fn(q, inner, m, ctx);
+    }
+}
+
+/* Calls fn over elements [begin, end) of the row-major walk (prefetching:
+ * run_prefetched above). */
+static void iter_walk(const iter *it, int64_t begin, int64_t end, em_iter_fn fn, void *ctx, bool prefetch)
 {
     const int nd = it->ndim, nops = it->nops;
     const int64_t n = it->shape[nd - 1];
@@ -114,7 +145,8 @@ static void iter_walk(const iter *it, int64_t begin, int64_t end, em_iter_fn fn,
     for (int64_t e = begin; e < end;) {
         int64_t len = n - col < end - e ? n - col : end - e;
         for (int i = 0; i < nops; i++) p[i] = row[i] + col * inner[i];
-        fn(p, inner, len, ctx);
+        if (prefetch && len >= 2 * PF_BLOCK) run_prefetched(p, inner, nops, len, fn, ctx);
+        else fn(p, inner, len, ctx);
         e += len;
         col = 0;
         for (int d = nd - 2; d >= 0; d--) {   /* next row, with carry */
@@ -249,8 +281,9 @@ void em__iter_run(int nops, em_tensor *const *ts, em_iter_fn fn, void *ctx, int6
         run_tiles(&it, total, nt, fn, ctx);
         return;
     }
+    bool prefetch = grain == EM_ITER_GRAIN_HEAVY;
     if (nt <= 1 || omp_in_parallel()) {
-        iter_walk(&it, 0, total, fn, ctx);
+        iter_walk(&it, 0, total, fn, ctx, prefetch);
         return;
     }
     /* Split boundaries on multiples of 64 elements: threads never share a
@@ -260,6 +293,6 @@ void em__iter_run(int nops, em_tensor *const *ts, em_iter_fn fn, void *ctx, int6
         int64_t t = omp_get_thread_num(), T = omp_get_num_threads();
         int64_t b = t == 0 ? 0 : (total / T * t + total % T * t / T) & ~(int64_t)63;
         int64_t e = t == T - 1 ? total : (total / T * (t + 1) + total % T * (t + 1) / T) & ~(int64_t)63;
-        if (b < e) iter_walk(&it, b, e, fn, ctx);
+        if (b < e) iter_walk(&it, b, e, fn, ctx, prefetch);
     }
 }

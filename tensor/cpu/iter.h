@@ -44,7 +44,9 @@
 
 typedef void (*em_iter_fn)(char **ptrs, const int64_t *byte_strides, int64_t n, void *ctx);
 
-/* Default grain for cheap ops (add, copy); use a smaller one for costly ops. */
+/* Default grain for cheap ops (add, copy); use a smaller one for costly ops.
+ * EM_ITER_GRAIN_HEAVY also turns on software prefetching of the inputs (iter.c):
+ * fn is then called on blocks of 1024 elements of a long row. */
 #define EM_ITER_GRAIN 32768
 #define EM_ITER_GRAIN_HEAVY 4096
 
