@@ -47,6 +47,7 @@ struct em_node {
     em_tensor *grad_buf[EM_NODE_MAX_OUT];
     int deps;
     bool sunk;                       /* this backward's gradient went into a leaf's .grad upstream (em__grad_sink) */
+    int bypassed;                    /* consumers that added around this cast (em__pending_sink_cast) */
     uint64_t visit;
 };
 
@@ -114,6 +115,20 @@ em_tensor *em__grad_sink(em_node *n, int i, em_dtype dt);
  * The rule then adds its gradient, converted to dt, into that .grad; the cast
  * node is skipped (no [N,K] gradient in the low dtype, no conversion, no add). */
 em_tensor *em__grad_sink_cast(em_node *n, int i, em_dtype dt);
+/* The same for an activation: input i is, through at most one reshape (VIEW)
+ * whose only producer is this node, the widening cast (COPY, f32 -> bf16/f16:
+ * autocast's copy of an f32 activation) of an f32 tensor that needs a
+ * gradient. Returns that tensor's pending f32 gradient buffer (the engine's,
+ * contiguous, the f32 tensor's shape; made, zeroed, when nothing is pending
+ * yet), into which the rule adds input i's gradient itself, in f32 and
+ * unrounded, instead of returning a low-dtype gin[i] that the engine would
+ * sum with the cast's other consumers' in the low dtype, convert and add. The
+ * cast may have other consumers: those still send their gradients through it
+ * (the cast's backward then runs as usual); when none does, it is skipped.
+ * NULL (no sink) when the cast or the view carries gradient hooks, or the
+ * pending buffer is shared with another tensor. A non-NULL return commits
+ * the rule as em__grad_sink's does. */
+em_tensor *em__pending_sink_cast(em_node *n, int i);
 
 /* Sums g over the dims that broadcasting added or expanded, back to shape. */
 em_tensor *em__sum_to(em_tensor *g, int ndim, const int64_t *shape);

@@ -505,6 +505,39 @@ em_tensor *em__grad_sink_cast(em_node *n, int i, em_dtype dt)
     return g;
 }
 
+em_tensor *em__pending_sink_cast(em_node *n, int i)
+{
+    em_node *v = i < n->n_in ? n->next[i].node : NULL, *cast = v;
+    if (v && v->op == EM_OP_VIEW) {
+        if (!sole_producer(v) || v->n_in != 1) return NULL;
+        cast = v->next[0].node;
+    } else {
+        v = NULL;
+    }
+    if (!cast || cast->op != EM_OP_COPY || cast->n_in != 1 || cast->pre_hooks[0].n || !cast->next[0].node ||
+        cast->in[0].dtype != EM_F32 || (cast->out[0].dtype != EM_BF16 && cast->out[0].dtype != EM_F16))
+        return NULL;
+    em_node *c = cast->next[0].node;
+    int nr = cast->next[0].nr;
+    const struct em_geom *want = &cast->in[0];
+    em_tensor *g = c->grad_buf[nr];
+    if (g) {
+        /* the engine's own buffer, seen by nothing else: adding into it in
+         * place is what the out-of-place em_add of the engine would give it */
+        if (g->refcount != 1 || g->storage->refcount != 1 || g->ag || g->dtype != EM_F32 || g->offset != 0 ||
+            !em_is_contiguous(g) || g->ndim != want->ndim ||
+            memcmp(g->shape, want->shape, sizeof(int64_t) * (size_t)g->ndim))
+            return NULL;
+    } else {
+        g = em_zeros(want->ndim, want->shape, EM_F32, want->device);
+        if (!g) return NULL;
+        c->grad_buf[nr] = em_retain(g);
+    }
+    if (v) v->sunk = true;
+    cast->bypassed++;
+    return g;
+}
+
 /* The backward of a widening cast (COPY of f32 to bf16/f16, as autocast
  * records) whose input already holds a pending f32 gradient: the half gradient
  * goes on as it is, and the accumulation adds it with one mixed-dtype add
@@ -594,6 +627,11 @@ void em_backward_ex(em_tensor *root, const em_backward_opts *opts)
             break;
         }
         check_versions(n);
+        if (n->bypassed) {
+            /* every consumer that sent a gradient went around this cast */
+            n->sunk = n->sunk || !n->grad_buf[0];
+            n->bypassed = 0;
+        }
         if (n->sunk) {
             /* a rule upstream added the gradient into the leaf's .grad itself
              * (em__grad_sink): an AccumulateGrad node only fires its hooks, a

@@ -340,9 +340,22 @@ static void bw_matmul(em_node *n, em_tensor *const *g, em_tensor **gin)
 static void bw_linear(em_node *n, em_tensor *const *g, em_tensor **gin)
 {
     em_tensor *x = IN(1), *w = IN(2);
-    if (NEEDS(1))
-        gin[1] = is_transposed(x) ? em_transpose(em_matmul(em_transpose(w, 0, 1), em_transpose(g[0], 0, 1)), 0, 1)
-                                  : em_matmul(g[0], w);
+    if (NEEDS(1)) {
+        /* under autocast, x is the bf16/f16 cast of an f32 activation: dx = g w
+         * goes by the GEMM (beta = 1), in f32 and unrounded, into that
+         * activation's pending gradient (em__pending_sink_cast), instead of
+         * rounding to bf16, summing the cast's consumers in bf16, converting
+         * and adding (torch's order) */
+        em_dtype dt = g[0]->dtype;
+        em_tensor *sink = (dt == EM_BF16 || dt == EM_F16) && x->dtype == dt && w->dtype == dt && g[0]->ndim == 2 &&
+                                  x->ndim == 2 && !is_transposed(x)
+                              ? em__pending_sink_cast(n, 1)
+                              : NULL;
+        if (sink) em__matmul_into(em_reshape(sink, 2, x->shape), g[0], w);   /* a failure is recorded as an em_matmul's */
+        else
+            gin[1] = is_transposed(x) ? em_transpose(em_matmul(em_transpose(w, 0, 1), em_transpose(g[0], 0, 1)), 0, 1)
+                                      : em_matmul(g[0], w);
+    }
     if (NEEDS(2)) {
         /* dW = g^T x, added by the GEMM (beta = 1) straight into an existing .grad
          * when the engine offers it (no [N,K] temporary, no separate add): the

@@ -239,6 +239,76 @@ START_TEST(autocast_weight_gradient_unrounded)
 }
 END_TEST
 
+/* The activation's gradient through autocast's cast (em__pending_sink_cast):
+ * x [M,K] f32 feeds three bf16 linears (one cached cast, three consumers) and
+ * an f32 path. x.grad is r0 + sum_i bf16(r_i) bf16(w_i), with each term in f32
+ * and unrounded when the linears add into x's pending gradient themselves;
+ * rounded to bf16 on the way (the composed path) it is off by up to 2^-9.
+ * mode 0: autocast (the sink; no add of [M,K] runs); mode 1: a hook on the
+ * cast's output declines it (the hook sees the bf16 sum, the result is the
+ * rounded one); mode 2: an explicit cast that also feeds an element-wise op
+ * (the cast's backward then runs for that consumer alone). */
+static em_tensor *count_hook(em_tensor *g, void *user)
+{
+    (*(int *)user)++;
+    ck_assert_int_eq(g->dtype, EM_BF16);
+    return NULL;
+}
+
+START_TEST(autocast_activation_gradient_through_cast)
+{
+    enum { M = 48, K = 40, NO = 24 };
+    for (int mode = 0; mode < 3; mode++) EM_SCOPE {
+            em_tensor *x = em_requires_grad_(em_randn(EM_SHAPE(M, K), EM_F32, EM_CPU), true);
+            em_tensor *r0 = em_randn(EM_SHAPE(M, K), EM_F32, EM_CPU), *w[3], *r[3], *y[3];
+            for (int i = 0; i < 3; i++) {
+                w[i] = em_to_dtype(em_randn(EM_SHAPE(NO, K), EM_F32, EM_CPU), EM_BF16);
+                r[i] = em_randn(EM_SHAPE(M, NO), EM_F32, EM_CPU);
+            }
+            em_tensor *xs = em_mul(x, em_scalar(1.0, EM_F32, EM_CPU));   /* a non-leaf, as an encoder's activation */
+            em_tensor *extra = NULL;
+            int hooked = 0;
+            if (mode == 0) {
+                EM_AUTOCAST_REGION(EM_BF16) {
+                    for (int i = 0; i < 3; i++) y[i] = em_linear(xs, w[i], NULL);
+                }
+            } else {
+                em_tensor *xb = em_to_dtype(xs, EM_BF16);
+                if (mode == 1) em_register_hook(xb, count_hook, &hooked);
+                for (int i = 0; i < 3; i++) y[i] = em_linear(xb, w[i], NULL);
+                if (mode == 2) extra = em_sum(em_to_dtype(em_mul(xb, xb), EM_F32), 0, NULL, false);
+            }
+            em_tensor *loss = em_sum(em_mul(xs, r0), 0, NULL, false);
+            for (int i = 0; i < 3; i++) loss = em_add(loss, em_sum(em_mul(em_to_dtype(y[i], EM_F32), r[i]), 0, NULL, false));
+            if (extra) loss = em_add(loss, extra);
+            em_profile_reset();
+            em_profile_enable(true);
+            em_backward(loss);
+            em_profile_enable(false);
+            if (mode == 0) ck_assert_int_eq(profiled_calls("add"), 0);   /* the GEMMs added into x's gradient */
+            if (mode == 1) ck_assert_int_eq(hooked, 1);
+            /* reference in f64: r0 + sum_i bf16(r_i) w_i (+ 2 xb for mode 2) */
+            em_tensor *ref = em_to_dtype(r0, EM_F64);
+            for (int i = 0; i < 3; i++)
+                ref = em_add(ref, em_matmul(em_to_dtype(em_to_dtype(r[i], EM_BF16), EM_F64), em_to_dtype(w[i], EM_F64)));
+            if (mode == 2) ref = em_add(ref, em_mul_scalar(em_to_dtype(em_to_dtype(x, EM_BF16), EM_F64), 2.0));
+            /* the largest error relative to the gradient's rms: f32 sums of
+             * unrounded terms stay near 1e-7, bf16-rounded terms reach 1e-3 */
+            double worst = 0, ss = 0;
+            for (int64_t a = 0; a < M; a++)
+                for (int64_t b = 0; b < K; b++) {
+                    double got = em_get(em_grad(x), (int64_t[]){a, b}), want = em_get(ref, (int64_t[]){a, b});
+                    worst = fabs(got - want) > worst ? fabs(got - want) : worst;
+                    ss += want * want;
+                }
+            worst /= sqrt(ss / (M * K));
+            if (mode == 1) ck_assert_msg(worst > 1e-4, "mode 1: relative error %g: was the hook's cast bypassed?", worst);
+            else ck_assert_msg(worst < 1e-5, "mode %d: relative error %g: the gradient was rounded on its way", mode, worst);
+            ck_assert_msg(worst < 5e-2, "mode %d: relative error %g", mode, worst);   /* bf16 roundings: up to 2e-2 seen */
+        }
+}
+END_TEST
+
 START_TEST(misuse_matmul_into_bf16)
 {
     tu_expect_misuse("em__matmul_into: expected c [M,N] += a [M,K] b [K,N]");
@@ -251,7 +321,8 @@ int main(void)
 {
     Suite *s = suite_create("grad_sink");
     tu_add_tests(tu_case(s, "grad_sink", 120), sink_matches_dense_bits, sink_declined_when_it_would_change_the_result,
-                 sink_fires_post_accumulate_hooks, linear_weight_gradient_into_grad, autocast_weight_gradient_unrounded);
+                 sink_fires_post_accumulate_hooks, linear_weight_gradient_into_grad, autocast_weight_gradient_unrounded,
+                 autocast_activation_gradient_through_cast);
     tu_add_misuse_tests(tu_case(s, "misuse", 0), misuse_matmul_into_bf16);
     return tu_run_suite(s);
 }
