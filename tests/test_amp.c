@@ -1055,14 +1055,87 @@ static double train_distilbert(bool bf16, double *losses)
     return tail;
 }
 
+/* Both runs learn, and end near each other. Twenty full-batch AdamW steps
+ * amplify rounding differences chaotically (Adam normalizes each weight's
+ * step, so tiny gradient differences become whole steps): measured on seeds
+ * 1-6 and 1234, the bf16 tail lay from 13 % below to 5 % above the f32 one,
+ * with or without issue 17's unrounded activation gradients, and for one seed
+ * from 0.1 % to 2.2 % by the build's flags alone. A tight bound on the tail
+ * only held for a lucky seed; how closely bf16 follows f32 is checked step by
+ * step on the gradients themselves (distilbert_bf16_gradients_track_f32). */
 START_TEST(distilbert_bf16_tracks_f32)
 {
     double l32[DB_STEPS], l16[DB_STEPS];
     double f32 = train_distilbert(false, l32), bf16 = train_distilbert(true, l16);
     ck_assert_msg(f32 < 0.5 * l32[0], "f32 run did not learn: %g -> %g", l32[0], f32);
-    if (fabs(bf16 - f32) > 0.02 * f32)
+    ck_assert_msg(bf16 < 0.5 * l16[0], "bf16 run did not learn: %g -> %g", l16[0], bf16);
+    if (fabs(bf16 - f32) > 0.2 * f32)
         for (int t = 0; t < DB_STEPS; t++) printf("step %2d  f32 %.5f  bf16 %.5f\n", t, l32[t], l16[t]);
-    ck_assert_msg(fabs(bf16 - f32) <= 0.02 * f32, "bf16 %g vs f32 %g (first %g / %g)", bf16, f32, l16[0], l32[0]);
+    ck_assert_msg(fabs(bf16 - f32) <= 0.2 * f32, "bf16 %g vs f32 %g (first %g / %g)", bf16, f32, l16[0], l32[0]);
+}
+END_TEST
+
+/* One step of the same model on train_distilbert's batch from the same
+ * weights: every parameter's bf16 autocast gradient within 3 % (L2, relative)
+ * of its f32 gradient, all of them within 1.5 % (measured: at most 0.70 % a
+ * parameter, 0.47 % in all; 0.98 % / 0.54 % when each consumer's activation
+ * gradient was rounded to bf16 on its way, as before issue 17's sink). A
+ * lost, doubled or misrouted gradient is off by 50-100 %. k_lin's bias is left
+ * out: softmax does not change when every key's score shifts by the same
+ * amount, so its exact gradient is 0 and both runs give rounding noise. */
+static em_named_tensors one_step_grads(bool bf16, em_module **model)
+{
+    em_set_seed(1234);
+    em_distilbert_config cfg = {.vocab_size = DB_V, .max_position_embeddings = 64, .n_layers = 2, .n_heads = 2,
+                                .dim = 128, .hidden_dim = 512, .dropout = EM_ZERO, .attention_dropout = EM_ZERO,
+                                .seq_classif_dropout = EM_ZERO, .num_labels = 2};
+    em_distilbert_seqcls *m = em_distilbert_seqcls_new(&cfg);
+    ck_assert_ptr_nonnull(m);
+    uint64_t rs = 99;   /* train_distilbert's batch */
+    int64_t ids[DB_B * DB_S], labels[DB_B];
+    for (int b = 0; b < DB_B; b++) {
+        for (int s = 0; s < DB_S; s++) ids[b * DB_S + s] = s == 0 ? 1 : 6 + (int64_t)(tu_next(&rs) % (DB_V - 6));
+        bool marked = b % 2;
+        if (marked) ids[b * DB_S + 1 + (int64_t)(tu_next(&rs) % (DB_S - 1))] = 5;
+        labels[b] = marked ^ (b % 10 == 3);
+    }
+    EM_SCOPE {
+        em_seqcls_inputs in = {.input_ids = em_from_data(ids, EM_SHAPE(DB_B, DB_S), EM_I64),
+                               .labels = em_from_data(labels, EM_SHAPE(DB_B), EM_I64)};
+        em_seqcls_output out;
+        if (bf16) {
+            EM_AUTOCAST_REGION(EM_BF16) { out = em_distilbert_seqcls_forward(m, &in); }
+        } else {
+            out = em_distilbert_seqcls_forward(m, &in);
+        }
+        em_backward(out.loss);
+    }
+    *model = &m->base;
+    return em_module_named_parameters(&m->base);
+}
+
+START_TEST(distilbert_bf16_gradients_track_f32)
+{
+    em_module *m32, *m16;
+    em_named_tensors p32 = one_step_grads(false, &m32), p16 = one_step_grads(true, &m16);
+    ck_assert_int_eq(p32.n, p16.n);
+    double err2 = 0, norm2 = 0;
+    int checked = 0;
+    for (int i = 0; i < p32.n; i++) EM_SCOPE {
+            if (strstr(p32.items[i].name, "k_lin.bias")) continue;
+            em_tensor *g32 = em_grad(p32.items[i].tensor), *g16 = em_grad(p16.items[i].tensor);
+            ck_assert_msg(g32 && g16, "%s: no gradient", p32.items[i].name);
+            ck_assert_int_eq(g16->dtype, EM_F32);
+            double e = em_item(em_norm(em_sub(g16, g32), 2.0, 0, NULL, false));
+            double n = em_item(em_norm(g32, 2.0, 0, NULL, false));
+            ck_assert_msg(n > 0 && e <= 0.03 * n, "%s: bf16 gradient off by %.2f %% of the f32 one", p32.items[i].name,
+                          100 * e / n);
+            err2 += e * e, norm2 += n * n, checked++;
+        }
+    ck_assert_int_ge(checked, 30);
+    ck_assert_msg(sqrt(err2 / norm2) <= 0.015, "all gradients: off by %.2f %%", 100 * sqrt(err2 / norm2));
+    em_named_tensors_free(&p32), em_named_tensors_free(&p16);
+    em_module_free(m32), em_module_free(m16);
 }
 END_TEST
 
@@ -1078,6 +1151,7 @@ static Suite *make_suite(void)
     if (!getenv("CK_FORK") || strcmp(getenv("CK_FORK"), "no") != 0)   /* needs a fresh process */
         tcase_add_test(ta, gemm_bf16_contract_without_onednn);
     tcase_add_test(ta, distilbert_bf16_tracks_f32);
+    tcase_add_test(ta, distilbert_bf16_gradients_track_f32);
     tcase_add_test(ta, mixed_add_without_cast);
     tcase_add_test(ta, cast_gradient_added_unconverted);
     tu_add_misuse_tests(tu_case(s, "misuse", 0), misuse_unscale_twice, misuse_unscale_after_step, misuse_step_twice,
