@@ -1009,7 +1009,8 @@ END_TEST
  * Full-batch AdamW gives a smooth curve that both runs follow (here from
  * 0.69 to about 0.15 in 20 steps). Returns the mean loss of the last DB_TAIL
  * steps. */
-static double train_distilbert(bool bf16, double *losses)
+/* The model, seeded, and the fixed batch (ids [DB_B,DB_S], labels [DB_B]). */
+static em_distilbert_seqcls *db_model(void)
 {
     em_set_seed(1234);
     em_distilbert_config cfg = {.vocab_size = DB_V, .max_position_embeddings = 64, .n_layers = 2, .n_heads = 2,
@@ -1017,33 +1018,51 @@ static double train_distilbert(bool bf16, double *losses)
                                 .seq_classif_dropout = EM_ZERO, .num_labels = 2};
     em_distilbert_seqcls *m = em_distilbert_seqcls_new(&cfg);
     ck_assert_ptr_nonnull(m);
-    em_named_tensors np = em_module_named_parameters(&m->base);
-    em_tensor **ps = malloc(sizeof *ps * (size_t)np.n);
-    for (int i = 0; i < np.n; i++) ps[i] = np.items[i].tensor;
-    em_optimizer *opt = em_adamw_new(ps, np.n, &(em_adamw_opts){.lr = 1e-3});
+    return m;
+}
+
+static void db_batch(int64_t *ids, int64_t *labels)
+{
     uint64_t rs = 99;
-    int64_t ids[DB_B * DB_S], labels[DB_B];
     for (int b = 0; b < DB_B; b++) {
         for (int s = 0; s < DB_S; s++) ids[b * DB_S + s] = s == 0 ? 1 : 6 + (int64_t)(tu_next(&rs) % (DB_V - 6));
         bool marked = b % 2;
         if (marked) ids[b * DB_S + 1 + (int64_t)(tu_next(&rs) % (DB_S - 1))] = 5;
         labels[b] = marked ^ (b % 10 == 3);
     }
+}
+
+/* The loss of one forward, f32 or under bf16 autocast. */
+static em_tensor *db_loss(em_distilbert_seqcls *m, const int64_t *ids, const int64_t *labels, bool bf16)
+{
+    em_seqcls_inputs in = {.input_ids = em_from_data(ids, EM_SHAPE(DB_B, DB_S), EM_I64),
+                           .labels = em_from_data(labels, EM_SHAPE(DB_B), EM_I64)};
+    em_seqcls_output out;
+    if (bf16) {
+        EM_AUTOCAST_REGION(EM_BF16) { out = em_distilbert_seqcls_forward(m, &in); }
+    } else {
+        out = em_distilbert_seqcls_forward(m, &in);
+    }
+    return out.loss;
+}
+
+static double train_distilbert(bool bf16, double *losses)
+{
+    em_distilbert_seqcls *m = db_model();
+    em_named_tensors np = em_module_named_parameters(&m->base);
+    em_tensor **ps = malloc(sizeof *ps * (size_t)np.n);
+    for (int i = 0; i < np.n; i++) ps[i] = np.items[i].tensor;
+    em_optimizer *opt = em_adamw_new(ps, np.n, &(em_adamw_opts){.lr = 1e-3});
+    int64_t ids[DB_B * DB_S], labels[DB_B];
+    db_batch(ids, labels);
     double tail = 0;
     for (int t = 0; t < DB_STEPS; t++) {
         em_scope_begin();
-        em_seqcls_inputs in = {.input_ids = em_from_data(ids, EM_SHAPE(DB_B, DB_S), EM_I64),
-                               .labels = em_from_data(labels, EM_SHAPE(DB_B), EM_I64)};
-        em_seqcls_output out;
-        if (bf16) {
-            EM_AUTOCAST_REGION(EM_BF16) { out = em_distilbert_seqcls_forward(m, &in); }
-        } else {
-            out = em_distilbert_seqcls_forward(m, &in);
-        }
-        ck_assert_int_eq(out.loss->dtype, EM_F32);
-        losses[t] = em_item(out.loss);
+        em_tensor *loss = db_loss(m, ids, labels, bf16);
+        ck_assert_int_eq(loss->dtype, EM_F32);
+        losses[t] = em_item(loss);
         if (t >= DB_STEPS - DB_TAIL) tail += losses[t] / DB_TAIL;
-        em_backward(out.loss);
+        em_backward(loss);
         ck_assert_int_eq(em_optimizer_step(opt), EM_OK);
         em_optimizer_zero_grad_ex(opt, false);
         em_scope_end();
@@ -1085,31 +1104,10 @@ END_TEST
  * amount, so its exact gradient is 0 and both runs give rounding noise. */
 static em_named_tensors one_step_grads(bool bf16, em_module **model)
 {
-    em_set_seed(1234);
-    em_distilbert_config cfg = {.vocab_size = DB_V, .max_position_embeddings = 64, .n_layers = 2, .n_heads = 2,
-                                .dim = 128, .hidden_dim = 512, .dropout = EM_ZERO, .attention_dropout = EM_ZERO,
-                                .seq_classif_dropout = EM_ZERO, .num_labels = 2};
-    em_distilbert_seqcls *m = em_distilbert_seqcls_new(&cfg);
-    ck_assert_ptr_nonnull(m);
-    uint64_t rs = 99;   /* train_distilbert's batch */
+    em_distilbert_seqcls *m = db_model();
     int64_t ids[DB_B * DB_S], labels[DB_B];
-    for (int b = 0; b < DB_B; b++) {
-        for (int s = 0; s < DB_S; s++) ids[b * DB_S + s] = s == 0 ? 1 : 6 + (int64_t)(tu_next(&rs) % (DB_V - 6));
-        bool marked = b % 2;
-        if (marked) ids[b * DB_S + 1 + (int64_t)(tu_next(&rs) % (DB_S - 1))] = 5;
-        labels[b] = marked ^ (b % 10 == 3);
-    }
-    EM_SCOPE {
-        em_seqcls_inputs in = {.input_ids = em_from_data(ids, EM_SHAPE(DB_B, DB_S), EM_I64),
-                               .labels = em_from_data(labels, EM_SHAPE(DB_B), EM_I64)};
-        em_seqcls_output out;
-        if (bf16) {
-            EM_AUTOCAST_REGION(EM_BF16) { out = em_distilbert_seqcls_forward(m, &in); }
-        } else {
-            out = em_distilbert_seqcls_forward(m, &in);
-        }
-        em_backward(out.loss);
-    }
+    db_batch(ids, labels);
+    EM_SCOPE { em_backward(db_loss(m, ids, labels, bf16)); }
     *model = &m->base;
     return em_module_named_parameters(&m->base);
 }
