@@ -87,6 +87,13 @@ static inline void store_rows_at(em_tensor *t, int64_t b, int64_t h, int64_t s0,
             }
         }
 #endif
+    else if (t->dtype == EM_F32 && cdt == EM_F32)   /* rows apart, inline: no call a row */
+        for (int64_t r = 0; r < R; r++) {
+            float *o = (float *)t->storage->data + off4(t, b, h, s0 + r);
+            const float *x = (const float *)src + r * ld;
+#pragma omp simd
+            for (int64_t j = 0; j < D; j++) o[j] = x[j];
+        }
     else
         for (int64_t r = 0; r < R; r++) store_vec(t, off4(t, b, h, s0 + r), (const char *)src + (size_t)(r * ld) * cs, cdt, D);
 }
