@@ -21,8 +21,11 @@
  * update, such as an optimizer step, makes the next use cast again). The
  * cache drops an entry as soon as nothing but the cache holds its source, and
  * is emptied when the outermost region ends. Casts made in no-grad mode of a
- * tensor that carries autograd history are not cached (PyTorch caches them,
- * and a later grad-mode forward in the same region then loses gradients).
+ * tensor that carries autograd history are cached apart: served only to later
+ * no-grad uses (an inference loop in one region casts each weight once), never
+ * to a grad-mode forward (PyTorch serves them to both, and a grad-mode forward
+ * after a no-grad one in the same region then loses gradients). The grad mode
+ * comes from autograd through tensor/hooks.h's em__grad_mode_hook.
  *
  * Regions nest: an inner region may switch the dtype, and a region of EM_F32
  * turns autocast off inside it (torch's autocast(enabled=False)). The state

@@ -45,6 +45,7 @@ typedef struct entry {
     int ndim;
     int64_t shape[EM_MAX_DIMS], stride[EM_MAX_DIMS];
     bool has_ag;             /* the source carries autograd metadata */
+    bool no_grad;            /* made with grad mode off from such a source: the cast has no history */
     em_dtype dtype;          /* of the cast */
 } entry;
 
@@ -81,10 +82,17 @@ static void entry_drop(entry *e)
     em_release(e->src);
 }
 
+static bool grad_mode(void) { return em__grad_mode_hook && em__grad_mode_hook(); }
+
+/* A source with history cast with grad mode off gives a cast without history:
+ * serving it in grad mode would cut the gradient, serving a grad-mode cast with
+ * grad mode off would record history under no_grad. So such entries also match
+ * on the mode (torch's cache matches on neither: a cast cached under no_grad
+ * comes back without history once grad mode is on again). */
 static bool same_place(const entry *e, const em_tensor *t, em_dtype dt)
 {
     if (e->storage != t->storage || e->offset != t->offset || e->ndim != t->ndim || e->dtype != dt ||
-        e->has_ag != (t->ag != NULL))
+        e->has_ag != (t->ag != NULL) || (t->ag && e->no_grad == grad_mode()))
         return false;
     for (int d = 0; d < t->ndim; d++)
         if (e->shape[d] != t->shape[d] || e->stride[d] != t->stride[d]) return false;
@@ -189,9 +197,12 @@ static em_tensor *cached_cast(em_tensor *t, em_dtype dt)
     em_tensor *c = cast_unscoped(t, dt);
     if (!c) return NULL;
     st.casts++;
-    /* A source with history whose cast recorded none was cast in no-grad mode:
-     * a later grad-mode use must not get it. Hand it to the scope instead. */
-    bool cacheable = !t->ag || c->ag;
+    /* A source with history whose cast recorded none was cast with grad mode
+     * off: cached as such (same_place serves it only with grad mode off, so
+     * an inference loop in one region casts each weight once). A cast with
+     * history from a source without (the source's own grad mode notwithstanding)
+     * cannot happen: em_to_dtype records only what has history. */
+    bool no_grad = t->ag && !c->ag && !grad_mode(), cacheable = true;
     if (cacheable && st.n == st.cap) {
         int64_t cap = st.cap ? 2 * st.cap : 64;
         entry *m = realloc(st.cache, sizeof *m * (size_t)cap);
@@ -201,7 +212,7 @@ static em_tensor *cached_cast(em_tensor *t, em_dtype dt)
     if (!cacheable) return region_own(c);
     entry *e = &st.cache[st.n++];
     *e = (entry){.src = em_retain(t), .cast = c, .storage = t->storage, .version = t->storage->version,
-                 .offset = t->offset, .ndim = t->ndim, .has_ag = t->ag != NULL, .dtype = dt};
+                 .offset = t->offset, .ndim = t->ndim, .has_ag = t->ag != NULL, .no_grad = no_grad, .dtype = dt};
     memcpy(e->shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
     memcpy(e->stride, t->stride, sizeof(int64_t) * (size_t)t->ndim);
     return c;

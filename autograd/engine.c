@@ -273,6 +273,7 @@ __attribute__((constructor)) static void install_hooks(void)
 {
     em__record_hook = record;
     em__ag_free_hook = meta_free;
+    em__grad_mode_hook = em_is_grad_enabled;
 }
 
 /* ---- leaves ---------------------------------------------------------------------- */

@@ -212,6 +212,10 @@ int main(int argc, char **argv)
     char *buf = NULL;
     size_t cap = 0;
     ssize_t len;
+    /* one region around every batch (run_batch opens its own inside it): the
+     * weights' bf16 casts, made with grad mode off, stay in autocast's cache
+     * from one batch to the next, as nothing writes the weights */
+    if (bf16) em_autocast_begin(EM_BF16);
     for (int64_t lineno = 1; (len = getline(&buf, &cap, stdin)) >= 0; lineno++) {
         while (len > 0 && (buf[len - 1] == '\n' || buf[len - 1] == '\r')) buf[--len] = 0;
         char *pair = strchr(buf, '\t');
@@ -224,6 +228,7 @@ int main(int argc, char **argv)
         }
     }
     if (n && !run_batch(model, tok, lines, n, max_len)) status = 1;
+    if (bf16) em_autocast_end();
     for (int i = 0; i < n; i++) free(lines[i].text), free(lines[i].pair);
     free(lines), free(buf);
     em_tokenizer_free(tok);

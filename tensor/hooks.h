@@ -12,6 +12,10 @@ extern void (*em__ag_free_hook)(em_tensor *t);
 /* Called after every op's kernel ran; autograd records a node here. A failure
  * (OOM) makes the op fail: it returns NULL with the error set. */
 extern em_status (*em__record_hook)(const em_kargs *k);
+/* Whether gradients are being recorded (autograd's grad mode, on this
+ * thread). Set by autograd/; NULL (no autograd linked in) means no. amp's
+ * cast cache keys its entries by it. */
+extern bool (*em__grad_mode_hook)(void);
 /* Autocast (amp/, DESIGN.md §3 "amp"). When set, op front-ends pass each
  * floating input through it at entry: arg is the input's position. It returns
  * t itself or a cast of t made by em_to_dtype (a recorded COPY, so gradients

@@ -8,6 +8,7 @@
 
 void (*em__ag_free_hook)(em_tensor *t);
 em_status (*em__record_hook)(const em_kargs *k);
+bool (*em__grad_mode_hook)(void);
 em_tensor *(*em__autocast_hook)(em_op op, int arg, em_tensor *t);
 
 /* ---- devices and threads ---------------------------------------------------- */

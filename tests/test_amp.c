@@ -826,6 +826,32 @@ START_TEST(no_grad_cast_not_reused)
 }
 END_TEST
 
+/* An inference loop in one region (classify's): with grad mode off, a weight's
+ * cast is made once and served to every later no-grad use of the region, and
+ * a grad-mode use after them still gets a cast with history (above). */
+START_TEST(no_grad_casts_cached_for_no_grad)
+{
+    em_scope_begin();
+    em_tensor *x = tu_rand_tensor(EM_SHAPE(4, 8), EM_F32, -1, 1, 6, NULL);
+    em_tensor *w = param(EM_SHAPE(8, 5), 1, 7);
+    em_autocast_stats_reset();
+    EM_AUTOCAST_REGION(EM_BF16)
+    {
+        for (int i = 0; i < 3; i++) EM_SCOPE EM_NO_GRAD {   /* a new batch each time */
+                em_tensor *xi = tu_rand_tensor(EM_SHAPE(4, 8), EM_F32, -1, 1, 10 + (uint64_t)i, NULL);
+                ck_assert(!em_requires_grad(em_matmul(xi, w)));
+            }
+        em_autocast_stats st = em_autocast_stats_get();
+        ck_assert_int_eq(st.casts, 4);        /* w once, x (no history) three times: each batch is new data */
+        ck_assert_int_eq(st.cache_hits, 2);   /* w's cast, for the second and third batch */
+        em_tensor *y = em_matmul(x, w);
+        ck_assert(em_requires_grad(y));       /* grad mode: a cast with history, not the cached one */
+        ck_assert_int_eq(em_autocast_stats_get().casts, 6);
+    }
+    em_scope_end();
+}
+END_TEST
+
 /* A long region with per-step scopes: the cache stays bounded and every byte comes back. */
 START_TEST(cache_bounded_and_freed)
 {
@@ -1145,6 +1171,7 @@ static Suite *make_suite(void)
                  training_skips_injected_steps, fp16_training_on_cpu);
     TCase *ta = tu_case(s, "autocast", 0);
     tu_add_tests(ta, autocast_policy, promotion_gradients, weights_cast_once_per_region, no_grad_cast_not_reused,
+                 no_grad_casts_cached_for_no_grad,
                  cache_bounded_and_freed, low_precision_matmul_tolerance, gemm_bf16_contract);
     if (!getenv("CK_FORK") || strcmp(getenv("CK_FORK"), "no") != 0)   /* needs a fresh process */
         tcase_add_test(ta, gemm_bf16_contract_without_onednn);
