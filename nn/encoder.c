@@ -9,7 +9,10 @@
 
 em_module *em__arch_build(const em__arch *a, const void *cfg, em__head head, bool init)
 {
+    bool was = em__skip_default_init;
+    em__skip_default_init = !init;   /* a checkpoint fills it: layers.c's stand-in for their draws */
     em_module *m = a->construct(cfg, head);
+    em__skip_default_init = was;
     if (m) {
         if (init) em__hf_init(m, a->init_std(cfg));
         m->family = a, m->family_head = head;   /* what save_pretrained and em_seqcls_* read */

@@ -164,6 +164,10 @@ em_status em__from_pretrained(const em__families *families, const char *dir, con
  * fill (from_pretrained loads them, then initializes only the missing ones).
  * NULL on OOM or misuse for a bad config (nn/encoder.c). */
 em_module *em__arch_build(const em__arch *a, const void *cfg, em__head head, bool init);
+/* Set while em__arch_build(init = false) constructs: Linear and Embedding skip
+ * their default random init (zeros, and the RNG counters it would have used
+ * are reserved all the same). Per thread. */
+extern _Thread_local bool em__skip_default_init;
 /* The family and head of a model built by ember (em_module.family), or NULL. */
 const em__arch *em__arch_of(const em_module *m, em__head *head);
 /* m's config.json as one line of JSON, without problem_type (which the first

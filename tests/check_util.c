@@ -129,6 +129,21 @@ bool tu_in_list(char *const *list, int n, const char *s)
 
 int64_t tu_live_bytes(void) { return em_memory_stats_get(EM_CPU).live_bytes; }
 
+int tu_profiled_calls(const char *name)
+{
+    char buf[8192] = {0};
+    FILE *f = fmemopen(buf, sizeof buf - 1, "w");
+    if (!f) return 0;
+    em_profile_print(f, "t");
+    fclose(f);
+    char key[64];
+    snprintf(key, sizeof key, "\n%s ", name);
+    const char *at = strstr(buf, key);
+    int calls = 0;
+    if (at) sscanf(at + strlen(key), " %d", &calls);
+    return calls;
+}
+
 static int64_t leak_base;
 static void leak_setup(void) { leak_base = tu_live_bytes(); }
 static void leak_teardown(void)

@@ -67,6 +67,8 @@ bool tu_in_list(char *const *list, int n, const char *s);
 
 /* Live CPU bytes now. */
 int64_t tu_live_bytes(void);
+/* Calls of op `name` in the kernel profile (em_profile_*) so far; 0 if none. */
+int tu_profiled_calls(const char *name);
 /* tc, whose tests must now each end with the live CPU bytes they began with
  * (nothing leaked): a checked fixture, run in each test's own process. */
 TCase *tu_no_leaks(TCase *tc);

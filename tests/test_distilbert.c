@@ -211,6 +211,47 @@ END_TEST
 
 /* ---- the MLM checkpoint (the layout of distilbert-base-uncased) ---------------------- */
 
+/* Loading builds the model without torch's default init (nn/layers.c): no
+ * uniform draw at all, a normal draw only for the head weights the checkpoint
+ * lacks (HF's init), and yet the global stream ends where the old draws left
+ * it: every Linear's weight and bias and every Embedding's weight still take
+ * their counters (one per 4 values), so what is drawn after (that head,
+ * dropout) keeps its numbers. */
+static void count_default_draws(em_module *m, void *user)
+{
+    uint64_t *n = user;
+    for (int i = 0; i < m->n_params; i++) {
+        em_tensor *t = m->params[i].tensor;
+        if (t && (!strcmp(m->type, "Linear") || !strcmp(m->type, "Embedding"))) *n += ((uint64_t)em_numel(t) + 3) / 4;
+    }
+}
+
+START_TEST(loading_skips_default_init_but_keeps_the_stream)
+{
+    em_distilbert_seqcls *m = NULL;
+    em_load_report rep;
+    em_set_seed(5);
+    em_rng_state s0 = em_rng_get_state();
+    em_profile_reset();
+    em_profile_enable(true);
+    ck_status(em_distilbert_seqcls_from_pretrained(tu_fixture_path("distilbert-tiny-mlm"), NULL, &m, &rep), EM_OK);
+    em_profile_enable(false);
+    em_rng_state s1 = em_rng_get_state();
+    ck_assert_int_eq(tu_profiled_calls("rand"), 0);    /* no Linear drew its default uniform init */
+    ck_assert_int_eq(tu_profiled_calls("randn"), 2);   /* pre_classifier.weight and classifier.weight: HF's normal */
+    uint64_t want = 0;
+    em_module_apply(&m->base, count_default_draws, &want);
+    for (int i = 0; i < 2; i++) {   /* the two normal draws of the head's weights */
+        em_tensor *w = em_module_get(&m->base, i ? "classifier.weight" : "pre_classifier.weight");
+        ck_assert_ptr_nonnull(w);
+        want += ((uint64_t)em_numel(w) + 3) / 4;
+    }
+    ck_assert_uint_eq(s1.offset - s0.offset, want);
+    em_load_report_free(&rep);
+    em_module_free(&m->base);
+}
+END_TEST
+
 START_TEST(mlm_checkpoint_loads_into_the_classifier_with_a_report)
 {
     const char *dir = tu_fixture_path("distilbert-tiny-mlm");
@@ -517,7 +558,7 @@ int main(void)
     tu_add_tests(tu_scratch_per_test(tu_no_leaks(tu_case(s, "parity", 0)), "db"), seqcls_logits_loss_and_every_gradient_match_hf,
                  bert_seqcls_logits_loss_and_every_gradient_match_hf, parameter_names_and_count_are_hf_s,
                  base_model_from_a_classifier_checkpoint_drops_the_prefix, bf16_checkpoint_converts_to_f32,
-                 mlm_checkpoint_loads_into_the_classifier_with_a_report,
+                 mlm_checkpoint_loads_into_the_classifier_with_a_report, loading_skips_default_init_but_keeps_the_stream,
                  bert_model_matches_hf_and_loads_into_the_classifier);
     tu_add_tests(tu_scratch_per_test(tu_no_leaks(tu_case(s, "checkpoints", 0)), "db"), save_pretrained_round_trip_and_config_fields,
                  sharded_index_loads_like_the_single_file, num_labels_override_needs_ignore_mismatched_sizes,

@@ -161,20 +161,6 @@ START_TEST(sink_fires_post_accumulate_hooks)
 END_TEST
 
 /* The number of calls of op `name` in the profile since the last reset. */
-static int profiled_calls(const char *name)
-{
-    char buf[8192] = {0};
-    FILE *f = fmemopen(buf, sizeof buf - 1, "w");
-    em_profile_print(f, "t");
-    fclose(f);
-    char key[64];
-    snprintf(key, sizeof key, "\n%s ", name);
-    const char *at = strstr(buf, key);
-    int calls = 0;
-    if (at) sscanf(at + strlen(key), " %d", &calls);
-    return calls;
-}
-
 START_TEST(linear_weight_gradient_into_grad)
 {
     static const em_dtype dts[] = {EM_F32, EM_F64};
@@ -191,8 +177,8 @@ START_TEST(linear_weight_gradient_into_grad)
             em_profile_enable(true);
             em_backward(em_sum(em_mul(em_linear(layout ? xt : x, w, NULL), r), 0, NULL, false));
             em_profile_enable(false);
-            ck_assert_int_eq(profiled_calls("add"), 0);   /* the GEMM added it */
-            ck_assert_int_eq(profiled_calls("matmul"), 1);
+            ck_assert_int_eq(tu_profiled_calls("add"), 0);   /* the GEMM added it */
+            ck_assert_int_eq(tu_profiled_calls("matmul"), 1);
             ck_assert_msg(!memcmp(em_data_ptr(em_grad(w)), em_data_ptr(dense), 12 * 20 * em_dtype_size(dt)),
                           "%s: a zeroed .grad plus the sunk gradient differs from em_matmul's bits", em_dtype_name(dt));
         }
@@ -223,7 +209,7 @@ START_TEST(autocast_weight_gradient_unrounded)
         em_profile_enable(true);
         em_backward(em_sum(em_mul(em_to_dtype(y, EM_F32), r), 0, NULL, false));
         em_profile_enable(false);
-        ck_assert_int_eq(profiled_calls("add"), 0);   /* nothing added the gradient afterwards */
+        ck_assert_int_eq(tu_profiled_calls("add"), 0);   /* nothing added the gradient afterwards */
         /* reference: the bf16 values of g (= r) and x, multiplied in f64 */
         em_tensor *g16 = em_to_dtype(em_to_dtype(r, EM_BF16), EM_F64), *x16 = em_to_dtype(em_to_dtype(x, EM_BF16), EM_F64);
         em_tensor *ref = em_matmul(em_transpose(g16, 0, 1), x16);
@@ -285,7 +271,7 @@ START_TEST(autocast_activation_gradient_through_cast)
             em_profile_enable(true);
             em_backward(loss);
             em_profile_enable(false);
-            if (mode == 0) ck_assert_int_eq(profiled_calls("add"), 0);   /* the GEMMs added into x's gradient */
+            if (mode == 0) ck_assert_int_eq(tu_profiled_calls("add"), 0);   /* the GEMMs added into x's gradient */
             if (mode == 1) ck_assert_int_eq(hooked, 1);
             /* reference in f64: r0 + sum_i bf16(r_i) w_i (+ 2 xb for mode 2) */
             em_tensor *ref = em_to_dtype(r0, EM_F64);
