@@ -76,6 +76,14 @@ int ember_cmd_env(int argc, char **argv)
     const char *wp = getenv("OMP_WAIT_POLICY"), *sc = getenv("GOMP_SPINCOUNT");
     printf("- OpenMP wait: OMP_WAIT_POLICY=%s, GOMP_SPINCOUNT=%s (ember's default: a spin of 3000, tensor/omp_env.c)\n",
            wp ? wp : "(unset)", sc ? sc : "(unset)");
+    const char *hp = getenv("EM_CPU_HUGEPAGES");
+    FILE *thp = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+    char mode[128] = "";
+    if (thp && !fgets(mode, sizeof mode, thp)) mode[0] = 0;
+    if (thp) fclose(thp);
+    mode[strcspn(mode, "\n")] = 0;
+    printf("- CPU huge pages: EM_CPU_HUGEPAGES=%s (ember's default: off, tensor/alloc.c); kernel THP: %s\n",
+           hp ? hp : "(unset)", mode[0] ? mode : "(unknown)");
     printf("- MPI: %s\n", EMBER_HAVE_MPI ? "OpenMPI (built with MPI)" : "no (a world of one only)");
     printf("- CUDA: %s\n", EMBER_HAVE_CUDA ? "built with CUDA, cuBLAS, cuDNN and NCCL" : "not built");
     printf("- utf8proc: %s\n", utf8proc_version());
