@@ -121,7 +121,9 @@ static metrics evaluate(em_accelerator *acc, em_module *model, em_dataloader *dl
     em_module_train(model, false);
     int64_t *cnt = calloc(3 * (size_t)C, sizeof *cnt), *tp = cnt, *fp = cnt + C, *fn = cnt + 2 * C;
     int64_t correct = 0, n = 0;
-    EM_NO_GRAD {
+    /* the outer region keeps autocast's casts of the weights (made with grad
+     * mode off, cached as such) from one batch to the next */
+    EM_NO_GRAD EM_AUTOCAST(acc) {
         for (em_batch b; em_accelerator_next(acc, dl, &b);) {
             em_seqcls_output out;
             EM_AUTOCAST(acc) {
