@@ -46,16 +46,16 @@ static inline int64_t off4(const em_tensor *t, int64_t b, int64_t h, int64_t s)
     return t->offset + b * t->stride[0] + h * t->stride[1] + s * t->stride[2];
 }
 
-/* Asks for the rows of pair (b, h) of t (first `rows` of them, last dim
- * contiguous or not) to be brought into L2 (prefetcht1), while the thread
- * still computes the pair before it. In a training step q, k, v and dout
- * come cold from memory (a linear wrote them long before), and a pair's
- * rows lie one [S,H,D] row apart: the hardware prefetchers do not follow
- * them in time. Hints only: results are unchanged. */
+/* Asks for the first `rows` rows of pair (b, h) of t to be brought into L2
+ * (prefetcht1) while the thread still computes the pair before it; nothing
+ * when t's last dim is strided. In a training step q, k, v and dout come cold
+ * from memory (a linear wrote them long before), and a pair's rows lie one
+ * [S,H,D] row apart: the hardware prefetchers do not follow them in time.
+ * Hints only: results are unchanged. */
 static inline void prefetch_pair(const em_tensor *t, int64_t b, int64_t h, int64_t rows)
 {
-    if (!t) return;
-    size_t es = em_dtype_size(t->dtype), span = (size_t)((t->shape[3] - 1) * t->stride[3] + 1) * es;
+    if (!t || (t->shape[3] > 1 && t->stride[3] != 1)) return;   /* rows not contiguous: not worth it */
+    size_t es = em_dtype_size(t->dtype), span = (size_t)t->shape[3] * es;
     const char *base = (const char *)t->storage->data;
     for (int64_t s = 0; s < rows; s++) {
         const char *row = base + (size_t)off4(t, b, h, s) * es;
