@@ -121,16 +121,13 @@ static metrics evaluate(em_accelerator *acc, em_module *model, em_dataloader *dl
     em_module_train(model, false);
     int64_t *cnt = calloc(3 * (size_t)C, sizeof *cnt), *tp = cnt, *fp = cnt + C, *fn = cnt + 2 * C;
     int64_t correct = 0, n = 0;
-    /* the outer region keeps autocast's casts of the weights (made with grad
-     * mode off, cached as such) from one batch to the next */
+    /* one region for the whole loop: autocast's casts of the weights (made
+     * with grad mode off, cached as such) serve every batch */
     EM_NO_GRAD EM_AUTOCAST(acc) {
         for (em_batch b; em_accelerator_next(acc, dl, &b);) {
-            em_seqcls_output out;
-            EM_AUTOCAST(acc) {
-                out = em_seqcls_forward(model, &(em_seqcls_inputs){ .input_ids = b.input_ids,
-                                                                    .attention_mask = b.attention_mask,
-                                                                    .token_type_ids = b.token_type_ids });
-            }
+            em_seqcls_output out = em_seqcls_forward(model, &(em_seqcls_inputs){ .input_ids = b.input_ids,
+                                                                                  .attention_mask = b.attention_mask,
+                                                                                  .token_type_ids = b.token_type_ids });
             if (!out.logits) DIE("evaluation: %s", em_last_error());
             em_tensor *in[2] = { em_argmax(out.logits, -1, false), b.labels }, *g[2];
             if (em_accelerator_gather_for_metrics(acc, 2, in, g) != EM_OK) DIE("gather_for_metrics: %s", em_last_error());

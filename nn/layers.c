@@ -78,24 +78,17 @@ static const char *dtype_check(em_dtype dt)
  * head's init, dropout masks) gets the same numbers as before. */
 _Thread_local bool em__skip_default_init;
 
-static void default_uniform(em_tensor *t, double lo, double hi)
+/* torch's default draw into t: U(a, b) or, with normal, N(a, b). */
+static void default_draw(em_tensor *t, bool normal, double a, double b)
 {
-    if (!em__skip_default_init) {
-        em_uniform_(t, lo, hi);
-        return;
+    if (em__skip_default_init) {
+        em_rng_reserve(((uint64_t)em_numel(t) + 3) / 4);   /* as the draw would: a counter a 4 values */
+        em_fill_(t, 0.0);
+    } else if (normal) {
+        em_normal_(t, a, b);
+    } else {
+        em_uniform_(t, a, b);
     }
-    em_rng_reserve(((uint64_t)em_numel(t) + 3) / 4);   /* as em_uniform_'s draw: a counter a 4 values */
-    em_fill_(t, 0.0);
-}
-
-static void default_normal(em_tensor *t, double mean, double std)
-{
-    if (!em__skip_default_init) {
-        em_normal_(t, mean, std);
-        return;
-    }
-    em_rng_reserve(((uint64_t)em_numel(t) + 3) / 4);
-    em_fill_(t, 0.0);
 }
 
 /* ---- Linear ------------------------------------------------------------------------ */
@@ -120,8 +113,8 @@ em_nn_linear *em_nn_linear_new(int64_t in, int64_t out, const em_nn_linear_opts 
     }
     double bound = 1.0 / sqrt((double)in);   /* kaiming_uniform_(a=sqrt(5)) and the bias rule */
     EM_NO_GRAD {
-        default_uniform(l->weight, -bound, bound);
-        if (l->bias) default_uniform(l->bias, -bound, bound);
+        default_draw(l->weight, false, -bound, bound);
+        if (l->bias) default_draw(l->bias, false, -bound, bound);
     }
     l->base.forward = linear_fwd;
     return l;
@@ -166,7 +159,7 @@ em_nn_embedding *em_nn_embedding_new(int64_t num, int64_t dim, const em_nn_embed
         return NULL;
     }
     EM_NO_GRAD {
-        default_normal(e->weight, 0.0, 1.0);
+        default_draw(e->weight, true, 0.0, 1.0);
         if (pad >= 0) EM_SCOPE { em_fill_(em_select(e->weight, 0, pad), 0.0); }
     }
     e->base.forward = embedding_fwd;

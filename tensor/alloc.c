@@ -11,6 +11,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -155,6 +156,8 @@ static bool hugepages_on(void)
     if (on < 0) {
         const char *e = getenv("EM_CPU_HUGEPAGES");
         on = e && !strcmp(e, "1");
+        if (e && *e && strcmp(e, "0") && strcmp(e, "1"))
+            fprintf(stderr, "ember: EM_CPU_HUGEPAGES=%s is not 0 or 1; huge pages stay off\n", e);
     }
     return on;
 }
