@@ -17,6 +17,7 @@
 
 char *openblas_get_config(void);
 const char *em__gemm_cache_file(void);   /* tensor/cpu/gemm_pick.c */
+const char *em__mkl_status(void);        /* tensor/cpu/mkl.c */
 
 /* The GEMM choices persisted for this machine and libraries: how many, and
  * how many went to each library. */
@@ -30,16 +31,17 @@ static void print_gemm_choices(void)
         return;
     }
     FILE *f = fopen(path, "r");
-    int n = 0, blas = 0, dnnl = 0;
+    int n = 0, blas = 0, dnnl = 0, mkl = 0;
     char line[512];
     while (f && fgets(line, sizeof line, f)) {
         if (line[0] == '#') continue;
         n++;
         blas += strstr(line, " openblas ") != NULL;
         dnnl += strstr(line, " onednn ") != NULL;
+        mkl += strstr(line, " mkl ") != NULL;
     }
     if (f) fclose(f);
-    printf("- GEMM choices: %s (%d classes: %d oneDNN, %d OpenBLAS)\n", path, n, dnnl, blas);
+    printf("- GEMM choices: %s (%d classes: %d oneDNN, %d OpenBLAS, %d oneMKL)\n", path, n, dnnl, blas, mkl);
 }
 
 int ember_cmd_env(int argc, char **argv)
@@ -72,6 +74,7 @@ int ember_cmd_env(int argc, char **argv)
 #else
     printf("- oneDNN: no\n");
 #endif
+    printf("- oneMKL: %s\n", em__mkl_status());
     print_gemm_choices();
     const char *wp = getenv("OMP_WAIT_POLICY"), *sc = getenv("GOMP_SPINCOUNT");
     printf("- OpenMP wait: OMP_WAIT_POLICY=%s, GOMP_SPINCOUNT=%s (ember's default: a spin of 3000, tensor/omp_env.c)\n",

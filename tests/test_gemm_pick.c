@@ -1,8 +1,11 @@
 /* ember tests — the f32 GEMM picked by measurement (tensor/cpu/gemm_pick.c):
  * size classes, results whichever library wins, the choice read back from
  * the cache file (a pure function of it), lines that do not parse skipped,
- * two processes racing on one class agreeing through the file lock, and a
- * directory that cannot be made leaving choices in memory.
+ * two processes racing on one class agreeing through the file lock, a
+ * directory that cannot be made leaving choices in memory, and oneMKL
+ * (tensor/cpu/mkl.c): refused or turned off, nothing changes; asked for by
+ * the build (-Dmkl_root, tools/test's mkl pass), it loads, computes right and
+ * joins the choices as a third candidate.
  *
  * Each test sets EMBER_CACHE_DIR to its own scratch directory and calls
  * em__gemm_forget, so nothing is shared with other tests or the user's cache.
@@ -239,11 +242,122 @@ START_TEST(unwritable_dir_in_memory)
 }
 END_TEST
 
+/* f32 GEMM on one library against an f64 loop: every layout, beta 0 and 1,
+ * leading dimensions wider than the rows. */
+static void check_library(int lib)
+{
+    const int64_t M = 37, N = 53, K = 71, pad = 5;
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++) {
+            int64_t lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad, ldc = N + pad;
+            float *a = matrix(ta ? K : M, lda, 11 + ta), *b = matrix(tb ? N : K, ldb, 13 + tb);
+            float *c0 = matrix(M, ldc, 17), *c = malloc(sizeof(float) * M * ldc);
+            for (int beta = 0; beta < 2; beta++) {
+                memcpy(c, c0, sizeof(float) * M * ldc);
+                em__gemm_f32_with(lib, ta, tb, M, N, K, 0.75, a, lda, b, ldb, beta, c, ldc);
+                for (int64_t i = 0; i < M; i++)
+                    for (int64_t j = 0; j < ldc; j++) {
+                        if (j >= N) {   /* the padding is never written */
+                            ck_assert(c[i * ldc + j] == c0[i * ldc + j]);
+                            continue;
+                        }
+                        double sum = 0, abs = 0;
+                        for (int64_t p = 0; p < K; p++) {
+                            double x = a[ta ? p * lda + i : i * lda + p], y = b[tb ? j * ldb + p : p * ldb + j];
+                            sum += x * y;
+                            abs += fabs(x * y);
+                        }
+                        double want = 0.75 * sum + beta * (double)c0[i * ldc + j];
+                        ck_assert_msg(fabs(c[i * ldc + j] - want) <= 1e-5 * (abs + 1),
+                                      "lib %d ta %d tb %d beta %d (%lld,%lld): %g, want %g", lib, ta, tb, beta,
+                                      (long long)i, (long long)j, c[i * ldc + j], want);
+                    }
+            }
+            free(a), free(b), free(c0), free(c);
+        }
+}
+
+/* EMBER_MKL naming nothing loadable: said once on stderr (naming the path),
+ * oneMKL stays off, the choices' file is the one of the Debian libraries, and
+ * a GEMM asked of oneMKL runs on OpenBLAS. */
+START_TEST(mkl_bad_path_stays_off)
+{
+    char bad[4200];
+    snprintf(bad, sizeof bad, "%s/no-such-mkl", tu_scratch_path("x"));
+    setenv("EMBER_MKL", bad, 1);
+    ck_assert_int_eq(tu_capture_stderr_begin(), 0);
+    bool on = em__mkl_available();
+    char *err = tu_capture_stderr_end();
+    ck_assert(!on);
+    ck_assert_msg(err && strstr(err, bad) && tu_count_of(err, "oneMKL stays off") == 1, "stderr: %s", err ? err : "");
+    ck_assert_msg(strstr(em__mkl_status(), bad), "status: %s", em__mkl_status());
+    ck_assert_str_eq(em__mkl_version(), "");
+    char id[2048];
+    em__gemm_identity(id, sizeof id);
+    ck_assert_msg(!strstr(id, "mkl="), "identity: %s", id);
+    check_library(EM__GEMM_MKL);
+    free(err);
+}
+END_TEST
+
+/* EMBER_MKL=0 turns oneMKL off whatever the build says. */
+START_TEST(mkl_off_by_env)
+{
+    setenv("EMBER_MKL", "0", 1);
+    ck_assert(!em__mkl_available());
+    ck_assert_msg(strstr(em__mkl_status(), "off (EMBER_MKL=0)"), "status: %s", em__mkl_status());
+}
+END_TEST
+
+/* Asked for (the build's -Dmkl_root or EMBER_MKL): it loads, computes right,
+ * names itself in the choices' file (identity, header, a fourth timing per
+ * line) and a planted "mkl" choice is the one used. */
+START_TEST(mkl_loaded_where_asked)
+{
+    ck_assert_msg(em__mkl_available(), "oneMKL asked for but not loaded: %s", em__mkl_status());
+    ck_assert(em__mkl_version()[0]);
+    check_library(EM__GEMM_MKL);
+    if (em__gemm_mode() != EM__GEMM_AUTO) return;
+    use_dir(tu_scratch_path("cache"));
+    float *a = matrix(70, 110, 1), *b = matrix(110, 90, 2), c[70 * 90];
+    em_cpu_gemm(EM_GEMM_F32, false, false, 70, 90, 110, 1.0, a, 110, b, 90, 0.0, c, 90);
+    const char *path = em__gemm_cache_file();
+    char *text = tu_read_file(path, NULL);
+    ck_assert_msg(strstr(text, "; mkl=") && strstr(text, " us_mkl "), "file:\n%s", text);
+    char win[16];
+    double t[3];
+    const char *line = strstr(text, "\nf32 NN 96 96 128 ");
+    ck_assert_msg(line && sscanf(line + 1, "f32 NN 96 96 128 %*d %15s %lf %lf %lf", win, &t[0], &t[1], &t[2]) == 4 &&
+                  t[2] > 0, "file:\n%s", text);
+    free(text);
+    char planted[256];
+    snprintf(planted, sizeof planted, "f32 NN 256 512 384 %d mkl 3.0 2.0 1.0\n", em_num_threads());
+    tu_write_text(path, planted);
+    em__gemm_forget();
+    float *a2 = matrix(200, 300, 3), *b2 = matrix(300, 400, 4);
+    ck_assert_int_eq(em__gemm_pick(false, false, 200, 400, 300, a2, 300, b2, 400), EM__GEMM_MKL);
+    free(a), free(b), free(a2), free(b2);
+}
+END_TEST
+
+/* oneMKL is asked for: the environment names it, else the build does. */
+static bool mkl_asked(void)
+{
+    const char *e = getenv("EMBER_MKL");
+    if (e && *e) return strcmp(e, "0") && strcmp(e, "off") && strcmp(e, "no") && strcmp(e, "none");
+    return EMBER_MKL_DEFAULT[0] != 0;
+}
+
 static Suite *make_suite(void)
 {
     Suite *s = suite_create("gemm_pick");
     TCase *tc = tu_scratch_per_test(tu_case(s, "gemm_pick", 0), "gemm-pick");
-    tu_add_tests(tc, size_classes, auto_results_and_file, unwritable_dir_in_memory);
+    tu_add_tests(tc, size_classes, auto_results_and_file, unwritable_dir_in_memory, mkl_bad_path_stays_off,
+                 mkl_off_by_env);
+    if (mkl_asked())
+        tu_add_tests(tc, mkl_loaded_where_asked);
+    else
+        printf("test_gemm_pick: mkl_loaded_where_asked not run: oneMKL not asked for (EMBER_MKL, meson -Dmkl_root)\n");
 #if EMBER_HAVE_ONEDNN
     tu_add_tests(tc, choice_is_a_function_of_the_file, bad_lines_skipped);
     /* these measure, which runs oneDNN: not under valgrind (em__gemm_mode is then

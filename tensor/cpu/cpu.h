@@ -36,19 +36,20 @@ void em_cpu_gemm(em_gemm_type t, bool trans_a, bool trans_b, int64_t m, int64_t 
 void em__cpu_copy(em_tensor *dst, const em_tensor *src);
 
 /* Which library runs GEMMs (gemm.c): EMBER_GEMM ("auto", the default: measured
- * per class by gemm_pick.c; "openblas"; "onednn"; "rule": the old hand-made
- * table), read on first use; unset, OpenBLAS alone under valgrind (oneDNN's
- * JIT code confuses it). EM__GEMM_OPENBLAS: oneDNN never runs, bf16 included. */
-enum { EM__GEMM_UNSET, EM__GEMM_RULE, EM__GEMM_OPENBLAS, EM__GEMM_ONEDNN, EM__GEMM_AUTO };
+ * per class by gemm_pick.c; "openblas"; "onednn"; "mkl", where oneMKL is loaded;
+ * "rule": the old hand-made table), read on first use; unset, OpenBLAS alone
+ * under valgrind (oneDNN's JIT code confuses it). EM__GEMM_OPENBLAS: oneDNN
+ * never runs, bf16 included. The library values double as gemm_pick.c's. */
+enum { EM__GEMM_UNSET, EM__GEMM_RULE, EM__GEMM_OPENBLAS, EM__GEMM_ONEDNN, EM__GEMM_AUTO, EM__GEMM_MKL };
 int em__gemm_mode(void);
 /* The fixed table of EMBER_GEMM=rule (gemm.c): true where it sends f32 to oneDNN. */
 bool em__gemm_prefers_onednn(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k);
-/* One f32 GEMM on the library lib (EM__GEMM_OPENBLAS or EM__GEMM_ONEDNN; oneDNN
- * failing falls back to OpenBLAS). */
+/* One f32 GEMM on the library lib (EM__GEMM_OPENBLAS, _ONEDNN or _MKL; oneDNN
+ * failing, or MKL not loaded, falls back to OpenBLAS). */
 void em__gemm_f32_with(int lib, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha,
                        const void *a, int64_t lda, const void *b, int64_t ldb, double beta, void *c, int64_t ldc);
-/* gemm_pick.c: the library for this call's class (EM__GEMM_OPENBLAS or
- * EM__GEMM_ONEDNN), measured on these operands on a miss and persisted;
+/* gemm_pick.c: the library for this call's class (EM__GEMM_OPENBLAS,
+ * EM__GEMM_ONEDNN, or EM__GEMM_MKL where oneMKL is loaded), measured on these operands on a miss and persisted;
  * _known: the choice already made for a class (threads as the pick counts
  * them), 0 when none; _size_class: the class of one dimension; _cache_file:
  * the file choices persist in ("" = memory only); _identity: what the file
@@ -63,6 +64,16 @@ void em__gemm_identity(char *buf, size_t n);
 /* The CPU's model name (/proc/cpuinfo's "model name"; "unknown" without one). */
 void em__cpu_model(char *buf, size_t n);
 void em__gemm_forget(void);
+/* oneMKL, loaded at run time where asked for (mkl.c: EMBER_MKL, meson
+ * -Dmkl_root): _available loads it on first use (false: not asked for, or it
+ * failed, said once on stderr); _version: "" when off; _status: a line for
+ * `ember env`; _sgemm: one f32 GEMM, false (nothing done) when off or a size
+ * passes INT_MAX. */
+bool em__mkl_available(void);
+const char *em__mkl_version(void);
+const char *em__mkl_status(void);
+bool em__mkl_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                   int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
 /* bf16 GEMM (gemm_bf16.c): C[m,n] = op(A) op(B), A and B bf16, f32 accumulation,
  * C of c_dtype (EM_BF16 or EM_F32). _fast: oneDNN runs bf16 natively here (else
  * the call converts to f32 and the matmul kernel prefers its own f32 path). */

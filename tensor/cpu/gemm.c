@@ -10,6 +10,8 @@
  *         is the same in every run and on every rank of the machine);
  *       "openblas": OpenBLAS only (oneDNN never runs, bf16 included);
  *       "onednn": dnnl_sgemm for every f32 call;
+ *       "mkl": oneMKL's cblas_sgemm for every f32 call, where oneMKL is loaded
+ *         (mkl.c: EMBER_MKL or meson -Dmkl_root; else warned about, auto);
  *       "rule": the table below, measured by hand on one AMD EPYC (Zen 4) in
  *         issue 2 and kept for comparison (and for results bit-identical to
  *         runs before issue 17). On an Intel Xeon (Sapphire Rapids) it is
@@ -18,7 +20,8 @@
  *     up to 32 bytes past the ends of oneDNN's own packing buffers (harmless
  *     on hardware, "Invalid read" under memcheck). An unknown value is warned
  *     about once and means auto.
- *   - oneDNN failing (it may allocate scratch) falls back to OpenBLAS.
+ *   - oneDNN failing (it may allocate scratch) falls back to OpenBLAS, as
+ *     does MKL for a size past INT_MAX (its LP64 interface).
  *
  * The "rule" table (AMD EPYC Zen 4, 2 threads): oneDNN, except OpenBLAS
  *   1. for tiny products, m*n*k < 64^3; 2. for n < 4; 3. for B transposed
@@ -68,9 +71,13 @@ int em__gemm_mode(void)
         else if (!strcmp(e, "openblas")) m = EM__GEMM_OPENBLAS;
         else if (!strcmp(e, "onednn")) m = EM__GEMM_ONEDNN;
         else if (!strcmp(e, "rule")) m = EM__GEMM_RULE;
-        else {
+        else if (!strcmp(e, "mkl") && em__mkl_available()) m = EM__GEMM_MKL;
+        else if (!strcmp(e, "mkl")) {
+            fprintf(stderr, "ember: EMBER_GEMM=mkl, but oneMKL is not loaded (%s); using auto\n", em__mkl_status());
+            m = EM__GEMM_AUTO;
+        } else {
             if (strcmp(e, "auto") != 0)
-                fprintf(stderr, "ember: EMBER_GEMM=%s is not one of auto, openblas, onednn, rule; using auto\n", e);
+                fprintf(stderr, "ember: EMBER_GEMM=%s is not one of auto, openblas, onednn, mkl, rule; using auto\n", e);
             m = EM__GEMM_AUTO;
         }
         __atomic_store_n(&mode, m, __ATOMIC_RELAXED);
@@ -160,6 +167,7 @@ void em_cpu_gemm(em_gemm_type t, bool trans_a, bool trans_b, int64_t m, int64_t 
             lib = em__gemm_prefers_onednn(trans_a, trans_b, m, n, k) ? EM__GEMM_ONEDNN : EM__GEMM_OPENBLAS;
             break;
         case EM__GEMM_ONEDNN: lib = EM__GEMM_ONEDNN; break;
+        case EM__GEMM_MKL: lib = EM__GEMM_MKL; break;
         default: break;
         }
 #endif
@@ -172,12 +180,12 @@ void em_cpu_gemm(em_gemm_type t, bool trans_a, bool trans_b, int64_t m, int64_t 
 void em__gemm_f32_with(int lib, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha,
                        const void *a, int64_t lda, const void *b, int64_t ldb, double beta, void *c, int64_t ldc)
 {
+    if (lib == EM__GEMM_MKL && em__mkl_sgemm(trans_a, trans_b, m, n, k, (float)alpha, a, lda, b, ldb, (float)beta, c, ldc))
+        return;
 #if EMBER_HAVE_ONEDNN
     if (lib == EM__GEMM_ONEDNN && dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, (float)alpha, a, lda,
                                               b, ldb, (float)beta, c, ldc) == dnnl_success)
         return;
-#else
-    (void)lib;
 #endif
     blas_gemm(EM_GEMM_F32, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }

@@ -1,7 +1,8 @@
 /* ember — which library runs an f32 GEMM, decided by measurement (issue 17).
  *
- * Contract: em__gemm_pick returns EM__GEMM_OPENBLAS or EM__GEMM_ONEDNN for a
- * call, the same answer for every call of one *class*:
+ * Contract: em__gemm_pick returns EM__GEMM_OPENBLAS, EM__GEMM_ONEDNN or, where
+ * oneMKL is loaded (mkl.c), EM__GEMM_MKL for a call, the same answer for every
+ * call of one *class*:
  *
  *   (trans_a, trans_b, m, n, k rounded up to a size class, threads)
  *
@@ -11,8 +12,8 @@
  * not hundreds. threads is 1 inside an OpenMP region (the batched matmul's
  * single-threaded calls), else em_num_threads().
  *
- * On the first call of a class the candidates (OpenBLAS's cblas_sgemm and
- * oneDNN's dnnl_sgemm) are timed on that call's own operands, round-robin,
+ * On the first call of a class the candidates (OpenBLAS's cblas_sgemm,
+ * oneDNN's dnnl_sgemm, and oneMKL's cblas_sgemm where loaded) are timed on that call's own operands, round-robin,
  * into a scratch C; the fastest (its minimum over the rounds) wins.
  *
  * Determinism: the libraries round differently, so the choice must not change
@@ -21,8 +22,8 @@
  *
  *   $EMBER_CACHE_DIR, else $XDG_CACHE_HOME/ember, else $HOME/.cache/ember,
  *   file gemm-f32-<16 hex digits>.tsv, the digits a hash of the CPU's model
- *   name, OpenBLAS's and oneDNN's versions (another machine or library gets
- *   another file).
+ *   name, OpenBLAS's and oneDNN's versions and oneMKL's where loaded (another
+ *   machine or library set gets another file).
  *
  * A miss takes an exclusive flock on the file, re-reads it (another process
  * may have just measured the class), measures only if the class is still
@@ -32,8 +33,8 @@
  * differently. When the directory cannot be made or the file opened, the
  * same holds, and EMBER_VERBOSE=1 says why.
  *
- * A line of the file:  f32 <TA><TB> <m> <n> <k> <threads> <winner> <us openblas> <us onednn>
- * ('#' starts a comment). A line that does not parse is skipped, with a
+ * A line of the file:  f32 <TA><TB> <m> <n> <k> <threads> <winner> <us openblas> <us onednn> [<us mkl>]
+ * (the last only in a file of a run with oneMKL; '#' starts a comment). A line that does not parse is skipped, with a
  * warning on stderr naming the file and line; it never stops a run.
  *
  * EMBER_VERBOSE=1 prints each class's choice once per process, with the
@@ -69,7 +70,7 @@ typedef struct {
     char ta, tb;
     int threads;
     int64_t m, n, k;          /* size classes */
-    int lib;                  /* EM__GEMM_OPENBLAS or EM__GEMM_ONEDNN */
+    int lib;                  /* EM__GEMM_OPENBLAS, EM__GEMM_ONEDNN or EM__GEMM_MKL */
     bool reported;            /* EMBER_VERBOSE line printed */
 } pick_entry;
 
@@ -130,11 +131,13 @@ void em__gemm_identity(char *buf, size_t n)
     em__cpu_model(model, sizeof model);
 #if EMBER_HAVE_ONEDNN
     const dnnl_version_t *v = dnnl_version();
-    snprintf(buf, n, "cpu=%s; openblas=%s; onednn=%d.%d.%d %s", model, openblas_get_config(), v->major, v->minor,
-             v->patch, v->hash);
+    int len = snprintf(buf, n, "cpu=%s; openblas=%s; onednn=%d.%d.%d %s", model, openblas_get_config(), v->major,
+                       v->minor, v->patch, v->hash);
 #else
-    snprintf(buf, n, "cpu=%s; openblas=%s; onednn=none", model, openblas_get_config());
+    int len = snprintf(buf, n, "cpu=%s; openblas=%s; onednn=none", model, openblas_get_config());
 #endif
+    /* without oneMKL the text (so the file) is what it was before oneMKL could join */
+    if (em__mkl_available() && len >= 0 && (size_t)len < n) snprintf(buf + len, n - (size_t)len, "; mkl=%s", em__mkl_version());
 }
 
 /* Where the choices persist; "" when nowhere (caller holds lock). */
@@ -214,18 +217,19 @@ static void load(FILE *f)
         char dt[8], tr[8], win[16];
         long long m, n, k;
         int th;
-        double t0, t1;
-        int got = sscanf(line, "%7s %7s %lld %lld %lld %d %15s %lf %lf", dt, tr, &m, &n, &k, &th, win, &t0, &t1);
-        bool ok = got == 9 && !strcmp(dt, "f32") && strlen(tr) == 2 && strchr("NT", tr[0]) && strchr("NT", tr[1]) &&
+        double t0, t1, t2;
+        int got = sscanf(line, "%7s %7s %lld %lld %lld %d %15s %lf %lf %lf", dt, tr, &m, &n, &k, &th, win, &t0, &t1, &t2);
+        bool ok = (got == 9 || got == 10) && !strcmp(dt, "f32") && strlen(tr) == 2 && strchr("NT", tr[0]) && strchr("NT", tr[1]) &&
                   m > 0 && n > 0 && k > 0 && m <= BIG && n <= BIG && k <= BIG && th > 0 && th <= 4096 && m == em__gemm_size_class(m) &&
                   n == em__gemm_size_class(n) && k == em__gemm_size_class(k) &&
-                  (!strcmp(win, "openblas") || !strcmp(win, "onednn"));
+                  (!strcmp(win, "openblas") || !strcmp(win, "onednn") || (!strcmp(win, "mkl") && got == 10));
         if (!ok) {
             fprintf(stderr, "ember: %s:%d: not a GEMM choice line (skipped): %.80s%s", cache_path, no, line,
                     strchr(line, '\n') ? "" : "\n");
             continue;
         }
-        remember(tr[0], tr[1], th, m, n, k, !strcmp(win, "onednn") ? EM__GEMM_ONEDNN : EM__GEMM_OPENBLAS);
+        remember(tr[0], tr[1], th, m, n, k,
+                 !strcmp(win, "onednn") ? EM__GEMM_ONEDNN : !strcmp(win, "mkl") ? EM__GEMM_MKL : EM__GEMM_OPENBLAS);
     }
 }
 
@@ -236,23 +240,25 @@ static double now_s(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-/* Times both libraries on the call's operands (C in scratch); returns the
- * winner and the best times in t[0] (OpenBLAS) and t[1] (oneDNN), seconds. */
+/* Times the libraries on the call's operands (C in scratch); returns the
+ * winner and the best times in t[0] (OpenBLAS), t[1] (oneDNN) and, where
+ * oneMKL is loaded, t[2] (else 0), seconds. */
 static int measure(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
-                   int64_t ldb, double t[2])
+                   int64_t ldb, double t[3])
 {
     /* plain malloc: a failure here is no error of the caller's, only no measurement */
     float *c = malloc((size_t)(m * n) * sizeof(float));
     if (!c) return EM__GEMM_ONEDNN;   /* no room to measure: oneDNN, the usual winner */
-    const int libs[2] = {EM__GEMM_OPENBLAS, EM__GEMM_ONEDNN};
-    t[0] = t[1] = 1e30;
+    const int libs[3] = {EM__GEMM_OPENBLAS, EM__GEMM_ONEDNN, EM__GEMM_MKL};
+    const int nlib = em__mkl_available() ? 3 : 2;
+    t[0] = t[1] = t[2] = 1e30;
     double spent = 0;
     /* rounds 0 and 1 warm up (JIT, packing buffers, caches); then at least 5
      * timed rounds and 50 ms, at most 20 rounds: on a 2-core VM fewer rounds
      * let noise pick the loser of a 10% gap. Past 1 s in all, one timed round
      * is enough (such a product's timing is not noise-bound). */
     for (int r = 0; r < 22; r++) {
-        for (int i = 0; i < 2; i++) {
+        for (int i = 0; i < nlib; i++) {
             double s = now_s();
             em__gemm_f32_with(libs[i], ta, tb, m, n, k, 1.0, a, lda, b, ldb, 0.0, c, n);
             double d = now_s() - s;
@@ -262,10 +268,17 @@ static int measure(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const floa
         if ((r >= 6 && spent > 0.05) || (r >= 2 && spent > 1.0)) break;   /* a big product: 1 timed round */
     }
     free(c);
-    return t[1] < t[0] ? EM__GEMM_ONEDNN : EM__GEMM_OPENBLAS;
+    int best = 0;
+    for (int i = 1; i < nlib; i++)
+        if (t[i] < t[best]) best = i;
+    if (nlib == 2) t[2] = 0;
+    return libs[best];
 }
 
-static const char *lib_name(int lib) { return lib == EM__GEMM_ONEDNN ? "onednn" : "openblas"; }
+static const char *lib_name(int lib)
+{
+    return lib == EM__GEMM_ONEDNN ? "onednn" : lib == EM__GEMM_MKL ? "mkl" : "openblas";
+}
 
 int em__gemm_pick(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
                   const float *b, int64_t ldb)
@@ -298,7 +311,7 @@ int em__gemm_pick(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, c
     e = slot(ta, tb, threads, mc, nc, kc);
     int lib;
     const char *from;
-    double t[2] = {0, 0};
+    double t[3] = {0, 0, 0};
     if (e && e->used) {
         lib = e->lib;
         from = "from";
@@ -312,10 +325,15 @@ int em__gemm_pick(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, c
                 char id[1024];
                 em__gemm_identity(id, sizeof id);
                 fprintf(f, "# ember GEMM choices (tensor/cpu/gemm_pick.c); %s\n"
-                           "# dtype trans m n k threads winner us_openblas us_onednn (m n k: size classes)\n", id);
+                           "# dtype trans m n k threads winner us_openblas us_onednn%s (m n k: size classes)\n", id,
+                        em__mkl_available() ? " us_mkl" : "");
             }
-            fprintf(f, "f32 %c%c %lld %lld %lld %d %s %.1f %.1f\n", ta, tb, (long long)mc, (long long)nc,
-                    (long long)kc, threads, lib_name(lib), t[0] * 1e6, t[1] * 1e6);
+            if (em__mkl_available())
+                fprintf(f, "f32 %c%c %lld %lld %lld %d %s %.1f %.1f %.1f\n", ta, tb, (long long)mc, (long long)nc,
+                        (long long)kc, threads, lib_name(lib), t[0] * 1e6, t[1] * 1e6, t[2] * 1e6);
+            else
+                fprintf(f, "f32 %c%c %lld %lld %lld %d %s %.1f %.1f\n", ta, tb, (long long)mc, (long long)nc,
+                        (long long)kc, threads, lib_name(lib), t[0] * 1e6, t[1] * 1e6);
             fflush(f);
         }
     }
@@ -327,11 +345,13 @@ int em__gemm_pick(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, c
     if (e && e->used) e->reported = true;
     pthread_mutex_unlock(&lock);
     if (report) {
+        char mk[48] = "";
+        if (t[2] > 0) snprintf(mk, sizeof mk, ", mkl %.3f ms", t[2] * 1e3);
         if (t[0] > 0)
             fprintf(stderr, "ember: gemm f32 %c%c %lldx%lldx%lld (class %lldx%lldx%lld), %d thread%s: openblas %.3f ms, "
-                            "onednn %.3f ms -> %s (%s %s)\n", ta, tb, (long long)m, (long long)n, (long long)k,
+                            "onednn %.3f ms%s -> %s (%s %s)\n", ta, tb, (long long)m, (long long)n, (long long)k,
                     (long long)mc, (long long)nc, (long long)kc, threads, threads == 1 ? "" : "s", t[0] * 1e3,
-                    t[1] * 1e3, lib_name(lib), from, saved ? cache_path : "this process");
+                    t[1] * 1e3, mk, lib_name(lib), from, saved ? cache_path : "this process");
         else
             fprintf(stderr, "ember: gemm f32 %c%c class %lldx%lldx%lld, %d thread%s -> %s (from %s)\n", ta, tb,
                     (long long)mc, (long long)nc, (long long)kc, threads, threads == 1 ? "" : "s", lib_name(lib),
