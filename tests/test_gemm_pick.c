@@ -12,6 +12,7 @@
  */
 #include "check_util.h"
 #include "tensor/cpu/cpu.h"
+#include "tensor/numeric.h"
 
 #include "ember_config.h"
 
@@ -140,10 +141,12 @@ START_TEST(bad_lines_skipped)
              "f32 NN 250 512 384 %d onednn 1 2\n"            /* not a size class */
              "f32 NN 256 512 384 0 onednn 1 2\n"
              "f32 NN 256 512 384 %d mkl 1 2\n"
+             "bf16 NN 256 512 384 %d openblas 0 1 2\n"       /* OpenBLAS runs no bf16 */
+             "bf16 NN 256 512 384 %d onednn 1 2\n"           /* bf16 lines have the oneMKL column */
              "f32 NN 99999999999999999999999 512 384 %d onednn 1 2\n"
              "\xff\xfe\x01\n"
              "f32 NN 256 512 384 %d openblas 1.0 2.0\n",
-             th, th, th, th, th, th);
+             th, th, th, th, th, th, th, th);
     tu_write_text(path, text);
     em__gemm_forget();
     float *a = matrix(200, 300, 7), *b = matrix(300, 400, 8);
@@ -151,7 +154,7 @@ START_TEST(bad_lines_skipped)
     int lib = em__gemm_pick(false, false, 200, 400, 300, a, 300, b, 400);
     char *err = tu_capture_stderr_end();
     ck_assert_int_eq(lib, EM__GEMM_OPENBLAS);
-    ck_assert_msg(err && tu_count_of(err, "not a GEMM choice line") == 9, "stderr: %s", err ? err : "(none)");
+    ck_assert_msg(err && tu_count_of(err, "not a GEMM choice line") == 11, "stderr: %s", err ? err : "(none)");
     char where[4200];
     snprintf(where, sizeof where, "%s:5:", path);
     ck_assert_msg(strstr(err, where), "no %s in: %s", where, err);
@@ -277,6 +280,42 @@ static void check_library(int lib)
         }
 }
 
+/* bf16 A and B, f32 C = or += op(A) op(B) on one library, against an f64 sum
+ * of the same (bf16-valued) products: only the f32 summation differs. */
+static void check_bf16_library(int lib)
+{
+    const int64_t M = 33, N = 48, K = 80, pad = 3;
+    uint64_t seed = 21;
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++) {
+            int64_t lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad, ldc = N + pad;
+            int64_t na = (ta ? K : M) * lda, nb = (tb ? N : K) * ldb;
+            uint16_t *a = malloc(sizeof(uint16_t) * (size_t)na), *b = malloc(sizeof(uint16_t) * (size_t)nb);
+            for (int64_t i = 0; i < na; i++) a[i] = em__f32_to_bf16((float)tu_uniform(&seed, -1, 1));
+            for (int64_t i = 0; i < nb; i++) b[i] = em__f32_to_bf16((float)tu_uniform(&seed, -1, 1));
+            float *c0 = matrix(M, ldc, 23), *c = malloc(sizeof(float) * M * ldc);
+            for (int acc = 0; acc < 2; acc++) {
+                memcpy(c, c0, sizeof(float) * M * ldc);
+                ck_assert_int_eq(em__gemm_bf16_f32_with(lib, ta, tb, M, N, K, a, lda, b, ldb, c, ldc, acc), EM_OK);
+                for (int64_t i = 0; i < M; i++)
+                    for (int64_t j = 0; j < N; j++) {
+                        double sum = 0, abs = 0;
+                        for (int64_t p = 0; p < K; p++) {
+                            double x = em__bf16_to_f32(a[ta ? p * lda + i : i * lda + p]);
+                            double y = em__bf16_to_f32(b[tb ? j * ldb + p : p * ldb + j]);
+                            sum += x * y;
+                            abs += fabs(x * y);
+                        }
+                        double want = sum + acc * (double)c0[i * ldc + j];
+                        ck_assert_msg(fabs(c[i * ldc + j] - want) <= 1e-5 * (abs + 1),
+                                      "bf16 lib %d ta %d tb %d acc %d (%lld,%lld): %g, want %g", lib, ta, tb, acc,
+                                      (long long)i, (long long)j, c[i * ldc + j], want);
+                    }
+            }
+            free(a), free(b), free(c0), free(c);
+        }
+}
+
 /* EMBER_MKL naming nothing loadable: said once on stderr (naming the path),
  * oneMKL stays off, the choices' file is the one of the Debian libraries, and
  * a GEMM asked of oneMKL runs on OpenBLAS. */
@@ -317,6 +356,7 @@ START_TEST(mkl_loaded_where_asked)
     ck_assert_msg(em__mkl_available(), "oneMKL asked for but not loaded: %s", em__mkl_status());
     ck_assert(em__mkl_version()[0]);
     check_library(EM__GEMM_MKL);
+    check_bf16_library(EM__GEMM_MKL);
     if (em__gemm_mode() != EM__GEMM_AUTO) return;
     use_dir(tu_scratch_path("cache"));
     float *a = matrix(70, 110, 1), *b = matrix(110, 90, 2), c[70 * 90];
@@ -330,12 +370,26 @@ START_TEST(mkl_loaded_where_asked)
     ck_assert_msg(line && sscanf(line + 1, "f32 NN 96 96 128 %*d %15s %lf %lf %lf", win, &t[0], &t[1], &t[2]) == 4 &&
                   t[2] > 0, "file:\n%s", text);
     free(text);
+    /* a bf16 call with an f32 C is picked too: oneDNN against oneMKL (no OpenBLAS timing) */
+    if (em_cpu_gemm_bf16_fast()) {
+        uint16_t ab[64 * 96] = {0}, bb[96 * 80] = {0};
+        float cb[64 * 80];
+        ck_assert_int_eq(em_cpu_gemm_bf16(false, false, 64, 80, 96, ab, 96, bb, 80, cb, EM_F32, 80), EM_OK);
+        text = tu_read_file(path, NULL);
+        line = strstr(text, "\nbf16 NN 64 96 96 ");
+        ck_assert_msg(line && sscanf(line + 1, "bf16 NN 64 96 96 %*d %15s %lf %lf %lf", win, &t[0], &t[1], &t[2]) == 4 &&
+                      t[0] == 0 && t[1] > 0 && t[2] > 0 && (!strcmp(win, "onednn") || !strcmp(win, "mkl")),
+                      "file:\n%s", text);
+        free(text);
+    }
     char planted[256];
-    snprintf(planted, sizeof planted, "f32 NN 256 512 384 %d mkl 3.0 2.0 1.0\n", em_num_threads());
+    snprintf(planted, sizeof planted, "f32 NN 256 512 384 %d mkl 3.0 2.0 1.0\nbf16 NN 256 512 384 %d mkl 0 2.0 1.0\n",
+             em_num_threads(), em_num_threads());
     tu_write_text(path, planted);
     em__gemm_forget();
     float *a2 = matrix(200, 300, 3), *b2 = matrix(300, 400, 4);
     ck_assert_int_eq(em__gemm_pick(false, false, 200, 400, 300, a2, 300, b2, 400), EM__GEMM_MKL);
+    ck_assert_int_eq(em__gemm_pick_bf16(false, false, 200, 400, 300, a2, 300, b2, 400), EM__GEMM_MKL);
     free(a), free(b), free(a2), free(b2);
 }
 END_TEST

@@ -57,6 +57,10 @@ void em__gemm_f32_with(int lib, bool trans_a, bool trans_b, int64_t m, int64_t n
  * EMBER_CACHE_DIR on the next miss (tests). */
 int em__gemm_pick(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
                   const float *b, int64_t ldb);
+/* The same for a bf16 GEMM with an f32 C, where oneMKL is loaded: EM__GEMM_ONEDNN
+ * or EM__GEMM_MKL (line "bf16 ..." of the same file). */
+int em__gemm_pick_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
+                       const void *b, int64_t ldb);
 int em__gemm_known(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, int threads);
 int64_t em__gemm_size_class(int64_t x);
 const char *em__gemm_cache_file(void);
@@ -74,6 +78,10 @@ const char *em__mkl_version(void);
 const char *em__mkl_status(void);
 bool em__mkl_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
                    int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
+/* bf16 A and B, f32 C = op(A) op(B) + beta C (cblas_gemm_bf16bf16f32); false
+ * when off, when this oneMKL lacks it, or when a size passes INT_MAX. */
+bool em__mkl_gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t lda,
+                       const uint16_t *b, int64_t ldb, float beta, float *c, int64_t ldc);
 /* bf16 GEMM (gemm_bf16.c): C[m,n] = op(A) op(B), A and B bf16, f32 accumulation,
  * C of c_dtype (EM_BF16 or EM_F32). _fast: oneDNN runs bf16 natively here (else
  * the call converts to f32 and the matmul kernel prefers its own f32 path). */
@@ -89,6 +97,11 @@ em_status em_cpu_gemm_bf16_acc(bool trans_a, bool trans_b, int64_t m, int64_t n,
  * as a row-major matrix (*trans false) or the transpose of one, leading dim *ld;
  * false when neither stride is 1 (or ld would pass INT_MAX). */
 bool em__gemm_layout(int64_t rows, int64_t cols, int64_t s0, int64_t s1, bool *trans, int64_t *ld);
+/* One bf16 GEMM with an f32 C on the library lib (EM__GEMM_ONEDNN: the
+ * primitive; EM__GEMM_MKL: oneMKL, else the primitive), C = or += (acc); the
+ * GEMM picker times the two with it. */
+em_status em__gemm_bf16_f32_with(int lib, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const void *a,
+                                 int64_t lda, const void *b, int64_t ldb, float *c, int64_t ldc, bool acc);
 /* The same with a bf16 bias[n] added to every row of the f32 sum before C's one
  * rounding (oneDNN's bias argument): LINEAR's epilogue in bf16. */
 em_status em_cpu_gemm_bf16_bias(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const void *a,

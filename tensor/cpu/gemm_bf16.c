@@ -23,6 +23,11 @@
  * within one bf16 ulp (2^-8 relative) of it. tests/test_amp.c checks 1e-2
  * relative (of the row's magnitude) against an f32 GEMM of the f32 inputs.
  *
+ * With oneMKL loaded (mkl.c), the calls with an f32 C and no bias (weight
+ * gradients, the activation-gradient sink) may run on its
+ * cblas_gemm_bf16bf16f32 instead, where the GEMM picker measured it faster
+ * for the class (gemm_pick.c, "bf16" lines) or EMBER_GEMM=mkl forces it.
+ *
  * f16 is not handled here: an f16 matmul on the CPU converts to f32 and runs
  * the f32 GEMM (emulation; k_matmul.c).
  */
@@ -191,9 +196,9 @@ bool em_cpu_gemm_bf16_fast(void)
     return engine && fast;
 }
 
-static em_status gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
-                           const void *b, int64_t ldb, const uint16_t *bias, void *c, em_dtype c_dtype, int64_t ldc,
-                           bool acc)
+static em_status onednn_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
+                             const void *b, int64_t ldb, const uint16_t *bias, void *c, em_dtype c_dtype, int64_t ldc,
+                             bool acc)
 {
     if (m <= 0 || n <= 0 || (acc && k <= 0)) return EM_OK;
     if (k <= 0 && bias) return via_f32(trans_a, trans_b, m, n, k, a, lda, b, ldb, bias, c, c_dtype, ldc, acc);
@@ -224,15 +229,40 @@ static em_status gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int
 
 bool em_cpu_gemm_bf16_fast(void) { return false; }
 
-static em_status gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
-                           const void *b, int64_t ldb, const uint16_t *bias, void *c, em_dtype c_dtype, int64_t ldc,
-                           bool acc)
+static em_status onednn_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
+                             const void *b, int64_t ldb, const uint16_t *bias, void *c, em_dtype c_dtype, int64_t ldc,
+                             bool acc)
 {
     if (m <= 0 || n <= 0) return EM_OK;
     return via_f32(trans_a, trans_b, m, n, k, a, lda, b, ldb, bias, c, c_dtype, ldc, acc);
 }
 
 #endif
+
+em_status em__gemm_bf16_f32_with(int lib, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const void *a,
+                                 int64_t lda, const void *b, int64_t ldb, float *c, int64_t ldc, bool acc)
+{
+    if (m <= 0 || n <= 0 || (acc && k <= 0)) return EM_OK;
+    if (lib == EM__GEMM_MKL && k > 0 && em__mkl_gemm_bf16(trans_a, trans_b, m, n, k, a, lda, b, ldb, acc ? 1.0f : 0.0f, c, ldc))
+        return EM_OK;
+    return onednn_bf16(trans_a, trans_b, m, n, k, a, lda, b, ldb, NULL, c, EM_F32, ldc, acc);
+}
+
+/* oneMKL takes the f32-C calls (no bias) where it is loaded and picked (or
+ * forced, EMBER_GEMM=mkl); every other call, and every call without it, is
+ * oneDNN's as before. EMBER_GEMM=openblas/onednn keep their meaning. */
+static em_status gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
+                           const void *b, int64_t ldb, const uint16_t *bias, void *c, em_dtype c_dtype, int64_t ldc,
+                           bool acc)
+{
+    if (c_dtype == EM_F32 && !bias && m > 0 && n > 0 && k > 0 && em__mkl_available()) {
+        int mode = em__gemm_mode(), lib = EM__GEMM_ONEDNN;
+        if (mode == EM__GEMM_MKL) lib = EM__GEMM_MKL;
+        else if (mode == EM__GEMM_AUTO) lib = em__gemm_pick_bf16(trans_a, trans_b, m, n, k, a, lda, b, ldb);
+        if (lib == EM__GEMM_MKL) return em__gemm_bf16_f32_with(lib, trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, acc);
+    }
+    return onednn_bf16(trans_a, trans_b, m, n, k, a, lda, b, ldb, bias, c, c_dtype, ldc, acc);
+}
 
 em_status em_cpu_gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
                            const void *b, int64_t ldb, void *c, em_dtype c_dtype, int64_t ldc)

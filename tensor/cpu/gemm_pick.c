@@ -34,7 +34,10 @@
  * same holds, and EMBER_VERBOSE=1 says why.
  *
  * A line of the file:  f32 <TA><TB> <m> <n> <k> <threads> <winner> <us openblas> <us onednn> [<us mkl>]
- * (the last only in a file of a run with oneMKL; '#' starts a comment). A line that does not parse is skipped, with a
+ * (the last only in a file of a run with oneMKL; '#' starts a comment). With
+ * oneMKL, bf16 GEMMs with an f32 C (gemm_bf16.c: the weight gradients, the
+ * activation-gradient sink) are picked too, oneDNN against oneMKL, on lines
+ *                       bf16 <TA><TB> <m> <n> <k> <threads> <winner> 0 <us onednn> <us mkl> A line that does not parse is skipped, with a
  * warning on stderr naming the file and line; it never stops a run.
  *
  * EMBER_VERBOSE=1 prints each class's choice once per process, with the
@@ -67,6 +70,7 @@ char *openblas_get_config(void);
 
 typedef struct {
     bool used;
+    char dt;                  /* 'f': f32; 'b': bf16 operands, f32 C (oneMKL against oneDNN) */
     char ta, tb;
     int threads;
     int64_t m, n, k;          /* size classes */
@@ -175,31 +179,34 @@ static void cache_init(void)
              (unsigned long long)fnv1a(1469598103934665603ull, id));
 }
 
-static uint64_t key_hash(char ta, char tb, int threads, int64_t m, int64_t n, int64_t k)
+static uint64_t key_hash(char dt, char ta, char tb, int threads, int64_t m, int64_t n, int64_t k)
 {
     uint64_t h = 1469598103934665603ull;
-    int64_t v[6] = {ta, tb, threads, m, n, k};
-    for (int i = 0; i < 6; i++) h = (h ^ (uint64_t)v[i]) * 1099511628211ull;
+    int64_t v[7] = {ta, tb, threads, m, n, k, dt};
+    for (int i = 0; i < 7; i++) h = (h ^ (uint64_t)v[i]) * 1099511628211ull;
     return h;
 }
 
 /* The entry for a class, or the empty slot where it goes (NULL when full). */
-static pick_entry *slot(char ta, char tb, int threads, int64_t m, int64_t n, int64_t k)
+static pick_entry *slot(char dt, char ta, char tb, int threads, int64_t m, int64_t n, int64_t k)
 {
-    uint64_t h = key_hash(ta, tb, threads, m, n, k);
+    uint64_t h = key_hash(dt, ta, tb, threads, m, n, k);
     for (int i = 0; i < TABLE_SLOTS; i++) {
         pick_entry *e = &table[(h + (uint64_t)i) & (TABLE_SLOTS - 1)];
         if (!e->used) return table_count < TABLE_SLOTS * 3 / 4 ? e : NULL;
-        if (e->ta == ta && e->tb == tb && e->threads == threads && e->m == m && e->n == n && e->k == k) return e;
+        if (e->dt == dt && e->ta == ta && e->tb == tb && e->threads == threads && e->m == m && e->n == n &&
+            e->k == k)
+            return e;
     }
     return NULL;
 }
 
-static void remember(char ta, char tb, int threads, int64_t m, int64_t n, int64_t k, int lib)
+static void remember(char dt, char ta, char tb, int threads, int64_t m, int64_t n, int64_t k, int lib)
 {
-    pick_entry *e = slot(ta, tb, threads, m, n, k);
+    pick_entry *e = slot(dt, ta, tb, threads, m, n, k);
     if (!e || e->used) return;   /* full, or known: the first choice stays */
-    *e = (pick_entry){.used = true, .ta = ta, .tb = tb, .threads = threads, .m = m, .n = n, .k = k, .lib = lib};
+    *e = (pick_entry){.used = true, .dt = dt, .ta = ta, .tb = tb, .threads = threads, .m = m, .n = n, .k = k,
+                      .lib = lib};
     table_count++;
 }
 
@@ -219,16 +226,17 @@ static void load(FILE *f)
         int th;
         double t0, t1, t2;
         int got = sscanf(line, "%7s %7s %lld %lld %lld %d %15s %lf %lf %lf", dt, tr, &m, &n, &k, &th, win, &t0, &t1, &t2);
-        bool ok = (got == 9 || got == 10) && !strcmp(dt, "f32") && strlen(tr) == 2 && strchr("NT", tr[0]) && strchr("NT", tr[1]) &&
+        bool f32 = !strcmp(dt, "f32"), bf16 = !strcmp(dt, "bf16");
+        bool ok = ((f32 && (got == 9 || got == 10)) || (bf16 && got == 10)) && strlen(tr) == 2 && strchr("NT", tr[0]) && strchr("NT", tr[1]) &&
                   m > 0 && n > 0 && k > 0 && m <= BIG && n <= BIG && k <= BIG && th > 0 && th <= 4096 && m == em__gemm_size_class(m) &&
                   n == em__gemm_size_class(n) && k == em__gemm_size_class(k) &&
-                  (!strcmp(win, "openblas") || !strcmp(win, "onednn") || (!strcmp(win, "mkl") && got == 10));
+                  ((!strcmp(win, "openblas") && f32) || !strcmp(win, "onednn") || (!strcmp(win, "mkl") && got == 10));
         if (!ok) {
             fprintf(stderr, "ember: %s:%d: not a GEMM choice line (skipped): %.80s%s", cache_path, no, line,
                     strchr(line, '\n') ? "" : "\n");
             continue;
         }
-        remember(tr[0], tr[1], th, m, n, k,
+        remember(f32 ? 'f' : 'b', tr[0], tr[1], th, m, n, k,
                  !strcmp(win, "onednn") ? EM__GEMM_ONEDNN : !strcmp(win, "mkl") ? EM__GEMM_MKL : EM__GEMM_OPENBLAS);
     }
 }
@@ -242,15 +250,16 @@ static double now_s(void)
 
 /* Times the libraries on the call's operands (C in scratch); returns the
  * winner and the best times in t[0] (OpenBLAS), t[1] (oneDNN) and, where
- * oneMKL is loaded, t[2] (else 0), seconds. */
-static int measure(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
-                   int64_t ldb, double t[3])
+ * oneMKL is loaded, t[2] (else 0), seconds. bf16 (dt 'b'): oneDNN against
+ * oneMKL (OpenBLAS has no bf16 GEMM; t[0] = 0). */
+static int measure(char dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
+                   const void *b, int64_t ldb, double t[3])
 {
     /* plain malloc: a failure here is no error of the caller's, only no measurement */
     float *c = malloc((size_t)(m * n) * sizeof(float));
     if (!c) return EM__GEMM_ONEDNN;   /* no room to measure: oneDNN, the usual winner */
     const int libs[3] = {EM__GEMM_OPENBLAS, EM__GEMM_ONEDNN, EM__GEMM_MKL};
-    const int nlib = em__mkl_available() ? 3 : 2;
+    const int first = dt == 'b' ? 1 : 0, nlib = em__mkl_available() ? 3 : 2;
     t[0] = t[1] = t[2] = 1e30;
     double spent = 0;
     /* rounds 0 and 1 warm up (JIT, packing buffers, caches); then at least 5
@@ -258,9 +267,10 @@ static int measure(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const floa
      * let noise pick the loser of a 10% gap. Past 1 s in all, one timed round
      * is enough (such a product's timing is not noise-bound). */
     for (int r = 0; r < 22; r++) {
-        for (int i = 0; i < nlib; i++) {
+        for (int i = first; i < nlib; i++) {
             double s = now_s();
-            em__gemm_f32_with(libs[i], ta, tb, m, n, k, 1.0, a, lda, b, ldb, 0.0, c, n);
+            if (dt == 'f') em__gemm_f32_with(libs[i], ta, tb, m, n, k, 1.0, a, lda, b, ldb, 0.0, c, n);
+            else em__gemm_bf16_f32_with(libs[i], ta, tb, m, n, k, a, lda, b, ldb, c, n, false);
             double d = now_s() - s;
             if (r > 1 && d < t[i]) t[i] = d;
             spent += d;
@@ -268,10 +278,11 @@ static int measure(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const floa
         if ((r >= 6 && spent > 0.05) || (r >= 2 && spent > 1.0)) break;   /* a big product: 1 timed round */
     }
     free(c);
-    int best = 0;
-    for (int i = 1; i < nlib; i++)
+    int best = first;
+    for (int i = first + 1; i < nlib; i++)
         if (t[i] < t[best]) best = i;
     if (nlib == 2) t[2] = 0;
+    if (first) t[0] = 0;
     return libs[best];
 }
 
@@ -280,18 +291,20 @@ static const char *lib_name(int lib)
     return lib == EM__GEMM_ONEDNN ? "onednn" : lib == EM__GEMM_MKL ? "mkl" : "openblas";
 }
 
-int em__gemm_pick(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
-                  const float *b, int64_t ldb)
+static int pick(char dt, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
+                const void *b, int64_t ldb)
 {
     char ta = trans_a ? 'T' : 'N', tb = trans_b ? 'T' : 'N';
     int threads = omp_in_parallel() ? 1 : em_num_threads();
     int64_t mc = em__gemm_size_class(m), nc = em__gemm_size_class(n), kc = em__gemm_size_class(k);
     pthread_mutex_lock(&lock);
-    pick_entry *e = slot(ta, tb, threads, mc, nc, kc);
+    pick_entry *e = slot(dt, ta, tb, threads, mc, nc, kc);
     if (!e || e->used) {
-        /* known; or a full table (1,536 classes): the fixed rule rather than a
-         * measurement on every call of every class not kept */
-        int lib = e ? e->lib : em__gemm_prefers_onednn(trans_a, trans_b, m, n, k) ? EM__GEMM_ONEDNN : EM__GEMM_OPENBLAS;
+        /* known; or a full table (1,536 classes): the fixed rule (bf16: oneDNN, as
+         * without oneMKL) rather than a measurement on every call of every class not kept */
+        int lib = e ? e->lib
+                  : dt == 'b' || em__gemm_prefers_onednn(trans_a, trans_b, m, n, k) ? EM__GEMM_ONEDNN
+                                                                                    : EM__GEMM_OPENBLAS;
         pthread_mutex_unlock(&lock);
         return lib;
     }
@@ -308,7 +321,7 @@ int em__gemm_pick(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, c
             load(f);
         }
     }
-    e = slot(ta, tb, threads, mc, nc, kc);
+    e = slot(dt, ta, tb, threads, mc, nc, kc);
     int lib;
     const char *from;
     double t[3] = {0, 0, 0};
@@ -316,8 +329,8 @@ int em__gemm_pick(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, c
         lib = e->lib;
         from = "from";
     } else {
-        lib = measure(trans_a, trans_b, m, n, k, a, lda, b, ldb, t);
-        remember(ta, tb, threads, mc, nc, kc, lib);
+        lib = measure(dt, trans_a, trans_b, m, n, k, a, lda, b, ldb, t);
+        remember(dt, ta, tb, threads, mc, nc, kc, lib);
         from = f ? "measured, saved to" : "measured, kept in memory";
         if (f) {
             fseek(f, 0, SEEK_END);   /* a stream switching from reading to writing repositions */
@@ -329,7 +342,7 @@ int em__gemm_pick(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, c
                         em__mkl_available() ? " us_mkl" : "");
             }
             if (em__mkl_available())
-                fprintf(f, "f32 %c%c %lld %lld %lld %d %s %.1f %.1f %.1f\n", ta, tb, (long long)mc, (long long)nc,
+                fprintf(f, "%s %c%c %lld %lld %lld %d %s %.1f %.1f %.1f\n", dt == 'f' ? "f32" : "bf16", ta, tb, (long long)mc, (long long)nc,
                         (long long)kc, threads, lib_name(lib), t[0] * 1e6, t[1] * 1e6, t[2] * 1e6);
             else
                 fprintf(f, "f32 %c%c %lld %lld %lld %d %s %.1f %.1f\n", ta, tb, (long long)mc, (long long)nc,
@@ -340,30 +353,44 @@ int em__gemm_pick(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, c
     bool saved = f != NULL;   /* f itself is indeterminate once closed */
     if (f) fclose(f);         /* closes fd, and so releases the lock */
     else if (fd >= 0) close(fd);
-    e = slot(ta, tb, threads, mc, nc, kc);
+    e = slot(dt, ta, tb, threads, mc, nc, kc);
     bool report = verbose() && e && e->used && !e->reported;
     if (e && e->used) e->reported = true;
     pthread_mutex_unlock(&lock);
     if (report) {
-        char mk[48] = "";
+        const char *dts = dt == 'f' ? "f32" : "bf16";
+        char ob[48] = "", mk[48] = "";
+        if (t[0] > 0) snprintf(ob, sizeof ob, "openblas %.3f ms, ", t[0] * 1e3);
         if (t[2] > 0) snprintf(mk, sizeof mk, ", mkl %.3f ms", t[2] * 1e3);
-        if (t[0] > 0)
-            fprintf(stderr, "ember: gemm f32 %c%c %lldx%lldx%lld (class %lldx%lldx%lld), %d thread%s: openblas %.3f ms, "
-                            "onednn %.3f ms%s -> %s (%s %s)\n", ta, tb, (long long)m, (long long)n, (long long)k,
-                    (long long)mc, (long long)nc, (long long)kc, threads, threads == 1 ? "" : "s", t[0] * 1e3,
+        if (t[1] > 0)
+            fprintf(stderr, "ember: gemm %s %c%c %lldx%lldx%lld (class %lldx%lldx%lld), %d thread%s: %sonednn %.3f ms%s "
+                            "-> %s (%s %s)\n", dts, ta, tb, (long long)m, (long long)n, (long long)k,
+                    (long long)mc, (long long)nc, (long long)kc, threads, threads == 1 ? "" : "s", ob,
                     t[1] * 1e3, mk, lib_name(lib), from, saved ? cache_path : "this process");
         else
-            fprintf(stderr, "ember: gemm f32 %c%c class %lldx%lldx%lld, %d thread%s -> %s (from %s)\n", ta, tb,
+            fprintf(stderr, "ember: gemm %s %c%c class %lldx%lldx%lld, %d thread%s -> %s (from %s)\n", dts, ta, tb,
                     (long long)mc, (long long)nc, (long long)kc, threads, threads == 1 ? "" : "s", lib_name(lib),
                     cache_path);
     }
     return lib;
 }
 
+int em__gemm_pick(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                  const float *b, int64_t ldb)
+{
+    return pick('f', trans_a, trans_b, m, n, k, a, lda, b, ldb);
+}
+
+int em__gemm_pick_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
+                       const void *b, int64_t ldb)
+{
+    return pick('b', trans_a, trans_b, m, n, k, a, lda, b, ldb);
+}
+
 int em__gemm_known(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, int threads)
 {
     pthread_mutex_lock(&lock);
-    pick_entry *e = slot(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', threads, em__gemm_size_class(m),
+    pick_entry *e = slot('f', trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', threads, em__gemm_size_class(m),
                          em__gemm_size_class(n), em__gemm_size_class(k));
     int lib = e && e->used ? e->lib : 0;
     pthread_mutex_unlock(&lock);

@@ -21,7 +21,9 @@
  * reproducibility AUTO, so that a result does not depend on the operands'
  * alignment and a run repeats bit for bit on one machine. Threads per call:
  * em_num_threads() (MKL's thread-local count); inside an OpenMP region MKL runs
- * sequentially on its own (MKL_DYNAMIC).
+ * sequentially on its own (MKL_DYNAMIC). bf16 operands with an f32 C
+ * (cblas_gemm_bf16bf16f32, AMX where the CPU has it) are a candidate too,
+ * against oneDNN's primitive (gemm_bf16.c).
  *
  * Failure: a path that does not load or lacks a symbol is said once on stderr,
  * naming the path and the reason, and MKL stays off; the run goes on on the
@@ -59,11 +61,14 @@ enum { MKL_ROW_MAJOR = 101, MKL_NO_TRANS = 111, MKL_TRANS = 112 };
 enum { MKL_THREADING_GNU = 3, MKL_INTERFACE_LP64 = 0, MKL_CBWR_AUTO = 2, MKL_CBWR_SUCCESS = 0 };
 typedef void (*sgemm_fn)(int, int, int, int, int, int, float, const float *, int, const float *, int, float,
                          float *, int);
+typedef void (*bf16gemm_fn)(int, int, int, int, int, int, float, const uint16_t *, int, const uint16_t *, int,
+                            float, float *, int);
 typedef int (*int_fn)(int);
 typedef void (*version_fn)(char *, int);
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static sgemm_fn mkl_sgemm;              /* NULL: MKL off */
+static bf16gemm_fn mkl_bf16;            /* NULL: no bf16 GEMM in this oneMKL */
 static int_fn mkl_threads_local;
 static char version[128];
 static char state[8448];                /* what em__mkl_status says */
@@ -137,6 +142,7 @@ static void load(void)
     version[sizeof version - 1] = 0;
     snprintf(state, sizeof state, "%s (%s, from %s)", version, path, from);
     mkl_threads_local = th;
+    mkl_bf16 = (bf16gemm_fn)dlsym(h, "cblas_gemm_bf16bf16f32");
     mkl_sgemm = sg;
 }
 
@@ -165,5 +171,16 @@ bool em__mkl_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alph
     mkl_threads_local(em_num_threads());
     mkl_sgemm(MKL_ROW_MAJOR, ta ? MKL_TRANS : MKL_NO_TRANS, tb ? MKL_TRANS : MKL_NO_TRANS, (int)m, (int)n, (int)k,
               alpha, a, (int)lda, b, (int)ldb, beta, c, (int)ldc);
+    return true;
+}
+
+bool em__mkl_gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t lda,
+                       const uint16_t *b, int64_t ldb, float beta, float *c, int64_t ldc)
+{
+    if (!em__mkl_available() || !mkl_bf16) return false;
+    if (m > INT_MAX || n > INT_MAX || k > INT_MAX || lda > INT_MAX || ldb > INT_MAX || ldc > INT_MAX) return false;
+    mkl_threads_local(em_num_threads());
+    mkl_bf16(MKL_ROW_MAJOR, ta ? MKL_TRANS : MKL_NO_TRANS, tb ? MKL_TRANS : MKL_NO_TRANS, (int)m, (int)n, (int)k, 1.0f,
+             a, (int)lda, b, (int)ldb, beta, c, (int)ldc);
     return true;
 }
