@@ -2,7 +2,7 @@
  * underneath, in one process (docs/PERFORMANCE.md, "## ops (issue 2)").
  *
  *   GEMM (f32): em_matmul vs cblas_sgemm and dnnl_sgemm called directly on
- *   the same buffers, at 512/1024/2048 squares, the DistilBERT linear shapes
+ *   the same buffers (and oneMKL's cblas_sgemm where ember loaded it), at 512/1024/2048 squares, the DistilBERT linear shapes
  *   (1024 tokens; forward x W^T, backward dY W and dY^T X) and the attention
  *   batches (96 heads x 128 tokens). GFLOP/s, ember/best, share of the
  *   418 GFLOP/s nominal AVX-512 peak and of an FMA loop measured here.
@@ -49,11 +49,12 @@ static const char *picked(bool ta, bool tb, int64_t m, int64_t n, int64_t k)
     case EM__GEMM_OPENBLAS: return "openblas (forced)";
     case EM__GEMM_ONEDNN: return "onednn (forced)";
     case EM__GEMM_RULE: return em__gemm_prefers_onednn(ta, tb, m, n, k) ? "onednn (rule)" : "openblas (rule)";
+    case EM__GEMM_MKL: return "mkl (forced)";
     default: break;
     }
     int lib = em__gemm_known(ta, tb, m, n, k, em_num_threads());
     if (!lib) lib = em__gemm_known(ta, tb, m, n, k, 1);
-    return lib == EM__GEMM_ONEDNN ? "onednn" : lib == EM__GEMM_OPENBLAS ? "openblas" : "?";
+    return lib == EM__GEMM_ONEDNN ? "onednn" : lib == EM__GEMM_OPENBLAS ? "openblas" : lib == EM__GEMM_MKL ? "mkl" : "?";
 }
 
 #define NOMINAL_PEAK 418.0   /* GFLOP/s, AVX-512 FMA, 2 cores (DESIGN.md) */
@@ -166,6 +167,17 @@ static void run_onednn(void *p)
 }
 #endif
 
+/* oneMKL's sgemm, where ember loaded it (tensor/cpu/mkl.c: EMBER_MKL, -Dmkl_root) */
+static void run_mkl(void *p)
+{
+    gemm_ctx *g = p;
+    const gemm_case *c = g->c;
+    int64_t lda = c->ta ? c->m : c->k, ldb = c->tb ? c->k : c->n;
+    for (int64_t i = 0; i < c->batch; i++)
+        em__mkl_sgemm(c->ta, c->tb, c->m, c->n, c->k, 1.0f, g->pa + i * c->m * c->k, lda, g->pb + i * c->k * c->n, ldb,
+                      0.0f, g->pc + i * c->m * c->n, c->n);
+}
+
 /* A [batch, rows, cols] operand, or its last two dims transposed as a view. */
 static em_tensor *operand(int64_t batch, int64_t rows, int64_t cols, bool trans, const float **data)
 {
@@ -201,46 +213,51 @@ static void bench_gemm(double peak)
         {"attn context PV [96]", 96, 128, 64, 128, false, false},
     };
     if (tsv) {
-        printf("gemm\tcase\tbatch\tm\tn\tk\tember\topenblas\tonednn\tlib\n");
+        printf("gemm\tcase\tbatch\tm\tn\tk\tember\topenblas\tonednn\tlib\tmkl\n");
     } else {
-        printf("\nGEMM, f32, GFLOP/s (median)   nominal peak %.0f, measured FMA peak %.0f\n", NOMINAL_PEAK, peak);
-        printf("%-22s %5s %5s %5s %4s | %7s %8s %7s | %6s %6s %6s | %s\n", "case", "m", "n", "k", "bat", "ember",
-               "openblas", "onednn", "e/best", "%418", "%meas", "picked");
+        printf("\nGEMM, f32, GFLOP/s (median)   nominal peak %.0f, measured FMA peak %.0f; oneMKL: %s\n", NOMINAL_PEAK,
+               peak, em__mkl_status());
+        printf("%-22s %5s %5s %5s %4s | %7s %8s %7s %7s | %6s %6s %6s | %s\n", "case", "m", "n", "k", "bat", "ember",
+               "openblas", "onednn", "mkl", "e/best", "%418", "%meas", "picked");
     }
+    const bool mkl = em__mkl_available();
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         const gemm_case *c = &cases[i];
         if (quick && c->m * c->n * c->k > (int64_t)1100 * 1100 * 1100) continue;
-        double gemm_best = 0, t_e, t_b, t_d = INFINITY;
+        double gemm_best = 0, t_e, t_b, t_d = INFINITY, t_m = INFINITY;
         EM_SCOPE {
             gemm_ctx g = {.c = c};
             g.a = operand(c->batch, c->m, c->k, c->ta, &g.pa);
             g.b = operand(c->batch, c->k, c->n, c->tb, &g.pb);
             g.pc = malloc(sizeof(float) * (size_t)(c->batch * c->m * c->n));
             memset(g.pc, 0, sizeof(float) * (size_t)(c->batch * c->m * c->n));
+            /* ember, OpenBLAS, then oneDNN and oneMKL where present (an absent one: INFINITY) */
+            bench_fn fns[4] = {run_ember, run_openblas};
+            int nf = 2, at_d = -1, at_m = -1;
 #if EMBER_HAVE_ONEDNN
-            bench_fn fns[] = {run_ember, run_openblas, run_onednn};
-#else
-            bench_fn fns[] = {run_ember, run_openblas};
+            at_d = nf, fns[nf++] = run_onednn;
 #endif
-            void *ctxs[] = {&g, &g, &g};
-            double t[3] = {0, 0, INFINITY};
-            median_times((int)(sizeof fns / sizeof *fns), fns, ctxs, t);
+            if (mkl) at_m = nf, fns[nf++] = run_mkl;
+            void *ctxs[] = {&g, &g, &g, &g};
+            double t[4] = {0, 0, INFINITY, INFINITY};
+            median_times(nf, fns, ctxs, t);
             t_e = t[0];
             t_b = t[1];
-            t_d = t[2];
+            if (at_d >= 0) t_d = t[at_d];
+            if (at_m >= 0) t_m = t[at_m];
             free(g.pc);
         }
         double flop = 2.0 * (double)(c->batch * c->m * c->n * c->k);
-        double ge = flop / t_e / 1e9, gb = flop / t_b / 1e9, gd = flop / t_d / 1e9;
-        gemm_best = gb > gd ? gb : gd;
+        double ge = flop / t_e / 1e9, gb = flop / t_b / 1e9, gd = flop / t_d / 1e9, gm = flop / t_m / 1e9;
+        gemm_best = fmax(gb, fmax(gd, gm));
         const char *lib = picked(c->ta, c->tb, c->m, c->n, c->k);
         if (tsv)
-            printf("gemm\t%s\t%lld\t%lld\t%lld\t%lld\t%.1f\t%.1f\t%.1f\t%s\n", c->name, (long long)c->batch, (long long)c->m,
-                   (long long)c->n, (long long)c->k, ge, gb, gd, lib);
+            printf("gemm\t%s\t%lld\t%lld\t%lld\t%lld\t%.1f\t%.1f\t%.1f\t%s\t%.1f\n", c->name, (long long)c->batch,
+                   (long long)c->m, (long long)c->n, (long long)c->k, ge, gb, gd, lib, gm);
         else
-            printf("%-22s %5lld %5lld %5lld %4lld | %7.1f %8.1f %7.1f | %6.2f %5.0f%% %5.0f%% | %s\n", c->name,
-                   (long long)c->m, (long long)c->n, (long long)c->k, (long long)c->batch, ge, gb, gd, ge / gemm_best,
-                   100 * ge / NOMINAL_PEAK, peak > 0 ? 100 * ge / peak : 0.0, lib);
+            printf("%-22s %5lld %5lld %5lld %4lld | %7.1f %8.1f %7.1f %7.1f | %6.2f %5.0f%% %5.0f%% | %s\n", c->name,
+                   (long long)c->m, (long long)c->n, (long long)c->k, (long long)c->batch, ge, gb, gd, gm,
+                   ge / gemm_best, 100 * ge / NOMINAL_PEAK, peak > 0 ? 100 * ge / peak : 0.0, lib);
         fflush(stdout);
     }
 }

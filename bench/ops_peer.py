@@ -107,7 +107,8 @@ def run_ember(path, quick):
         if f[0] == "info":
             info[f[1]] = f[2]
         elif f[0] == "gemm" and f[1] != "case":
-            gemm[f[1]] = (float(f[6]), float(f[7]), float(f[8]) if f[8] != "inf" else 0.0, f[9])
+            mkl = float(f[10]) if len(f) > 10 and f[10] not in ("inf", "0.0") else 0.0   # 0: oneMKL not loaded
+            gemm[f[1]] = (float(f[6]), float(f[7]), float(f[8]) if f[8] != "inf" else 0.0, f[9], mkl)
         elif f[0] == "mem" and f[1] != "case" and f[4]:
             mem[f[1]] = (float(f[4]), float(f[5]))
     return info, gemm, mem
@@ -137,13 +138,13 @@ def main():
     tg = torch_gemm(args.quick)
     print("\nGEMM, f32, GFLOP/s (median)")
     if ember:
-        print(f"{'case':<22} | {'ember':>6} {'openblas':>8} {'onednn':>6} {'e/best':>6} {'rule':>8} | "
+        print(f"{'case':<22} | {'ember':>6} {'openblas':>8} {'onednn':>6} {'mkl':>6} {'e/best':>6} {'picked':>8} | "
               f"{'torch':>6} {'e/torch':>7}")
         for name, *_ in GEMM:
             if name not in tg or name not in ember[1]:
                 continue
-            e, ob, od, lib = ember[1][name]
-            print(f"{name:<22} | {e:6.1f} {ob:8.1f} {od:6.1f} {e / max(ob, od):6.2f} {lib:>8} | "
+            e, ob, od, lib, mk = ember[1][name]
+            print(f"{name:<22} | {e:6.1f} {ob:8.1f} {od:6.1f} {mk:6.1f} {e / max(ob, od, mk):6.2f} {lib:>8} | "
                   f"{tg[name]:6.1f} {e / tg[name]:7.2f}")
     else:
         for name, gf in tg.items():
