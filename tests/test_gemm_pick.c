@@ -47,41 +47,57 @@ START_TEST(size_classes)
 }
 END_TEST
 
+/* f32 GEMM against an f64 loop: every layout, beta 0 and 1, alpha 0.75,
+ * leading dimensions pad wider than the rows (the padding never written).
+ * lib 0: em_cpu_gemm as callers meet it (EMBER_GEMM's mode); else that
+ * library through em__gemm_f32_with. */
+static void check_gemm(int lib, int64_t M, int64_t N, int64_t K, int64_t pad)
+{
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++) {
+            int64_t lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad, ldc = N + pad;
+            float *a = matrix(ta ? K : M, lda, 11 + ta), *b = matrix(tb ? N : K, ldb, 13 + tb);
+            float *c0 = matrix(M, ldc, 17), *c = malloc(sizeof(float) * M * ldc);
+            for (int beta = 0; beta < 2; beta++) {
+                memcpy(c, c0, sizeof(float) * M * ldc);
+                if (lib) em__gemm_f32_with(lib, ta, tb, M, N, K, 0.75, a, lda, b, ldb, beta, c, ldc);
+                else em_cpu_gemm(EM_GEMM_F32, ta, tb, M, N, K, 0.75, a, lda, b, ldb, beta, c, ldc);
+                for (int64_t i = 0; i < M; i++)
+                    for (int64_t j = 0; j < ldc; j++) {
+                        if (j >= N) {
+                            ck_assert(c[i * ldc + j] == c0[i * ldc + j]);
+                            continue;
+                        }
+                        double sum = 0, abs = 0;
+                        for (int64_t p = 0; p < K; p++) {
+                            double x = a[ta ? p * lda + i : i * lda + p], y = b[tb ? j * ldb + p : p * ldb + j];
+                            sum += x * y;
+                            abs += fabs(x * y);
+                        }
+                        double want = 0.75 * sum + beta * (double)c0[i * ldc + j];
+                        ck_assert_msg(fabs(c[i * ldc + j] - want) <= 1e-5 * (abs + 1),
+                                      "lib %d ta %d tb %d beta %d (%lld,%lld): %g, want %g", lib, ta, tb, beta,
+                                      (long long)i, (long long)j, c[i * ldc + j], want);
+                    }
+            }
+            free(a), free(b), free(c0), free(c);
+        }
+}
+
 /* em_cpu_gemm in auto mode against an f64 loop, every layout, beta 0 and 1,
  * and each class lands in the file. */
 START_TEST(auto_results_and_file)
 {
     use_dir(tu_scratch_path("cache"));
     const int64_t M = 70, N = 90, K = 110;
-    for (int ta = 0; ta < 2; ta++)
-        for (int tb = 0; tb < 2; tb++) {
-            float *a = matrix(M, K, 1 + ta), *b = matrix(K, N, 3 + tb), *c = matrix(M, N, 5), *c0 = malloc(sizeof(float) * M * N);
-            memcpy(c0, c, sizeof(float) * M * N);
-            int64_t lda = ta ? M : K, ldb = tb ? K : N;
-            for (int beta = 0; beta < 2; beta++) {
-                memcpy(c, c0, sizeof(float) * M * N);
-                em_cpu_gemm(EM_GEMM_F32, ta, tb, M, N, K, 0.5, a, lda, b, ldb, beta, c, N);
-                for (int64_t i = 0; i < M; i++)
-                    for (int64_t j = 0; j < N; j++) {
-                        double s = 0, abs = 0;
-                        for (int64_t p = 0; p < K; p++) {
-                            double x = a[ta ? p * lda + i : i * lda + p], y = b[tb ? j * ldb + p : p * ldb + j];
-                            s += x * y;
-                            abs += fabs(x * y);
-                        }
-                        double want = 0.5 * s + beta * (double)c0[i * N + j];
-                        ck_assert_msg(fabs(c[i * N + j] - want) <= 1e-5 * (abs + 1),
-                                      "ta %d tb %d beta %d (%lld,%lld): %g, want %g", ta, tb, beta, (long long)i,
-                                      (long long)j, c[i * N + j], want);
-                    }
-            }
+    check_gemm(0, M, N, K, 0);
 #if EMBER_HAVE_ONEDNN
-            if (em__gemm_mode() == EM__GEMM_AUTO)   /* else (valgrind) OpenBLAS runs, unmeasured */
+    if (em__gemm_mode() == EM__GEMM_AUTO)   /* else (valgrind) OpenBLAS runs, unmeasured */
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++)
                 ck_assert_msg(em__gemm_known(ta, tb, M, N, K, em_num_threads()) != 0, "class of ta %d tb %d not kept",
-                          ta, tb);
+                              ta, tb);
 #endif
-            free(a), free(b), free(c), free(c0);
-        }
 #if EMBER_HAVE_ONEDNN
     if (em__gemm_mode() != EM__GEMM_AUTO) return;   /* valgrind: OpenBLAS only, nothing measured */
     const char *path = em__gemm_cache_file();
@@ -245,41 +261,6 @@ START_TEST(unwritable_dir_in_memory)
 }
 END_TEST
 
-/* f32 GEMM on one library against an f64 loop: every layout, beta 0 and 1,
- * leading dimensions wider than the rows. */
-static void check_library(int lib)
-{
-    const int64_t M = 37, N = 53, K = 71, pad = 5;
-    for (int ta = 0; ta < 2; ta++)
-        for (int tb = 0; tb < 2; tb++) {
-            int64_t lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad, ldc = N + pad;
-            float *a = matrix(ta ? K : M, lda, 11 + ta), *b = matrix(tb ? N : K, ldb, 13 + tb);
-            float *c0 = matrix(M, ldc, 17), *c = malloc(sizeof(float) * M * ldc);
-            for (int beta = 0; beta < 2; beta++) {
-                memcpy(c, c0, sizeof(float) * M * ldc);
-                em__gemm_f32_with(lib, ta, tb, M, N, K, 0.75, a, lda, b, ldb, beta, c, ldc);
-                for (int64_t i = 0; i < M; i++)
-                    for (int64_t j = 0; j < ldc; j++) {
-                        if (j >= N) {   /* the padding is never written */
-                            ck_assert(c[i * ldc + j] == c0[i * ldc + j]);
-                            continue;
-                        }
-                        double sum = 0, abs = 0;
-                        for (int64_t p = 0; p < K; p++) {
-                            double x = a[ta ? p * lda + i : i * lda + p], y = b[tb ? j * ldb + p : p * ldb + j];
-                            sum += x * y;
-                            abs += fabs(x * y);
-                        }
-                        double want = 0.75 * sum + beta * (double)c0[i * ldc + j];
-                        ck_assert_msg(fabs(c[i * ldc + j] - want) <= 1e-5 * (abs + 1),
-                                      "lib %d ta %d tb %d beta %d (%lld,%lld): %g, want %g", lib, ta, tb, beta,
-                                      (long long)i, (long long)j, c[i * ldc + j], want);
-                    }
-            }
-            free(a), free(b), free(c0), free(c);
-        }
-}
-
 /* bf16 A and B, f32 C = or += op(A) op(B) on one library, against an f64 sum
  * of the same (bf16-valued) products: only the f32 summation differs. */
 static void check_bf16_library(int lib)
@@ -335,7 +316,7 @@ START_TEST(mkl_bad_path_stays_off)
     char id[2048];
     em__gemm_identity(id, sizeof id);
     ck_assert_msg(!strstr(id, "mkl="), "identity: %s", id);
-    check_library(EM__GEMM_MKL);
+    check_gemm(EM__GEMM_MKL, 37, 53, 71, 5);
     free(err);
 }
 END_TEST
@@ -356,7 +337,7 @@ START_TEST(mkl_loaded_where_asked)
 {
     ck_assert_msg(em__mkl_available(), "oneMKL asked for but not loaded: %s", em__mkl_status());
     ck_assert(em__mkl_version()[0]);
-    check_library(EM__GEMM_MKL);
+    check_gemm(EM__GEMM_MKL, 37, 53, 71, 5);
     check_bf16_library(EM__GEMM_MKL);
     if (em__gemm_mode() != EM__GEMM_AUTO) return;
     use_dir(tu_scratch_path("cache"));

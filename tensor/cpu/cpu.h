@@ -42,6 +42,8 @@ void em__cpu_copy(em_tensor *dst, const em_tensor *src);
  * never runs, bf16 included. The library values double as gemm_pick.c's. */
 enum { EM__GEMM_UNSET, EM__GEMM_RULE, EM__GEMM_OPENBLAS, EM__GEMM_ONEDNN, EM__GEMM_AUTO, EM__GEMM_MKL };
 int em__gemm_mode(void);
+/* true under valgrind (gemm.c; its client request is a no-op sequence on hardware) */
+bool em__on_valgrind(void);
 /* The fixed table of EMBER_GEMM=rule (gemm.c): true where it sends f32 to oneDNN. */
 bool em__gemm_prefers_onednn(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k);
 /* One f32 GEMM on the library lib (EM__GEMM_OPENBLAS, _ONEDNN or _MKL; oneDNN

@@ -59,6 +59,8 @@
 #endif
 
 
+bool em__on_valgrind(void) { return RUNNING_ON_VALGRIND != 0; }
+
 /* EMBER_GEMM, read on first use (a race only reads the same value twice).
  * A build without oneDNN ignores it: OpenBLAS takes every product. */
 int em__gemm_mode(void)

@@ -42,15 +42,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#if defined(__has_include)
-#if __has_include(<valgrind/valgrind.h>)
-#include <valgrind/valgrind.h>
-#endif
-#endif
-#ifndef RUNNING_ON_VALGRIND
-#define RUNNING_ON_VALGRIND 0
-#endif
-
 #ifndef EMBER_MKL_DEFAULT
 #define EMBER_MKL_DEFAULT ""
 #endif
@@ -106,7 +97,7 @@ static void load(void)
         snprintf(state, sizeof state, "not asked for (EMBER_MKL or meson -Dmkl_root; tools/fetch-mkl)");
         return;
     }
-    if (RUNNING_ON_VALGRIND && !getenv("EMBER_GEMM")) {
+    if (em__on_valgrind() && !getenv("EMBER_GEMM")) {
         snprintf(state, sizeof state, "off under valgrind");
         return;
     }
