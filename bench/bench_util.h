@@ -19,6 +19,19 @@ static inline double bench_clock_s(clockid_t c)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 /* Wall seconds (monotonic), and this thread's CPU seconds. */
+/* The GEMM libraries this run uses (tensor/cpu/gemm_pick.c's identity: CPU,
+ * OpenBLAS, oneDNN, and oneMKL where loaded), as an "info,libraries,..." CSV
+ * line or a "libraries: ..." line, so that every table says what it ran on. */
+void em__gemm_identity(char *buf, size_t n);
+static inline void bench_print_libraries(bool csv)
+{
+    char id[1024];
+    em__gemm_identity(id, sizeof id);
+    for (char *p = id; *p; p++)
+        if (*p == ',') *p = ' ';   /* one CSV field */
+    printf(csv ? "info,libraries,%s\n" : "libraries: %s\n", id);
+}
+
 static inline double bench_now(void) { return bench_clock_s(CLOCK_MONOTONIC); }
 static inline double bench_cpu_now(void) { return bench_clock_s(CLOCK_THREAD_CPUTIME_ID); }
 

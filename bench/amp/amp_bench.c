@@ -186,6 +186,7 @@ int main(int argc, char **argv)
     if (csv) printf("info,threads,%d\ninfo,steps,%d\ninfo,clock,%s\n", em_num_threads(), steps, clk);
     else printf("bench_amp: %d threads, %s time; train: median of %d steps after 2 warmup\n", em_num_threads(), clk,
                 steps);
+    bench_print_libraries(csv);
     if (mm) bench_matmul();
     if (tr) bench_train(only, steps);
     return 0;

@@ -138,6 +138,8 @@ def run_ember(path, names, steps, matmul):
             mm[f[1]] = (float(f[2]), float(f[3]))
         elif f[0] == "train" and f[1] != "config":
             tr[f[1]] = (float(f[2]), float(f[3]))
+        elif f[0] == "info" and f[1] == "libraries":
+            print(f"ember's libraries: {f[2]}")
     return mm, tr
 
 

@@ -106,6 +106,8 @@ def run_ember(path, names, steps):
                               text=True).stdout
         for line in text.splitlines():
             f = line.split(",")
+            if f[0] == "info" and f[1] == "libraries":
+                rows["libraries"] = f[2]
             if f[0] == "train_step" and f[1] == name:
                 rows[name] = {"ms": float(f[2]), "tok": float(f[3]), "fwd": float(f[4]), "bwd": float(f[5]),
                               "opt": float(f[6]), "rss": float(f[7])}
@@ -133,6 +135,8 @@ def main():
           f"{'stock ms':>8} {'RSS MiB':>7}"
     if ember:
         hdr += f" | {'ember ms':>8} {'tok/s':>7} {'fwd':>6} {'bwd':>6} {'opt':>6} {'RSS MiB':>7} | {'x tuned':>7} {'x stock':>7}"
+    if ember.get("libraries"):
+        print(f"ember's libraries: {ember['libraries']}")
     print(hdr)
     for name in names:
         t = run_child(name, args.steps, True)

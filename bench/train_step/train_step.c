@@ -131,6 +131,7 @@ int main(int argc, char **argv)
         printf("bench_train_step: %d threads, f32, median of %d steps after 2 warmup\n%-6s %9s %10s %8s %8s %8s %10s "
                "%10s %12s\n", em_num_threads(), steps, "config", "ms/step", "tokens/s", "fwd", "bwd", "opt",
                "peakRSS MiB", "tensor MiB", "params");
+    bench_print_libraries(csv);
     fflush(stdout);
     int rc = 0;
     for (size_t i = 0; i < sizeof configs / sizeof *configs; i++) {
