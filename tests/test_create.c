@@ -2,6 +2,7 @@
  * fill_ (on views), copy_ across every dtype pair and layout, clone, to_dtype, to. */
 #include "check_util.h"
 #include "tensor/tensor_internal.h"
+#include "tensor/cpu/cpu.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -153,6 +154,40 @@ START_TEST(fill_on_views)
             if (v[i] != (i % 300 == 299 ? 0 : 2)) bad = i;
         ck_assert_msg(bad < 0, "element %lld wrong", (long long)bad);
         free(v);
+    }
+}
+END_TEST
+
+/* Fills past em__fill_stream_bytes take non-temporal stores: every element of
+ * a view that starts off any alignment and ends in a partial store gets the
+ * value, each element size (1, 2, 4, 8 bytes), and the neighbours outside the
+ * view keep theirs. */
+START_TEST(large_fills_stream)
+{
+    static const em_dtype dts[] = {EM_BOOL, EM_BF16, EM_F32, EM_I64};
+    static const double vals[] = {1, -2.5, 0.75, -3};
+    for (int d = 0; d < 4; d++) EM_SCOPE {
+        em_dtype dt = dts[d];
+        size_t es = em_dtype_size(dt);
+        int64_t n = em__fill_stream_bytes() / (int64_t)es + 37;   /* over the threshold, odd tail */
+        em_tensor *base = em_zeros(EM_SHAPE(n + 4), dt, EM_CPU);
+        em_tensor *v = em_narrow(base, 0, 1, n + 1);              /* starts one element in */
+        for (int pass = 0; pass < 2; pass++) {
+            double want = pass ? 0 : vals[d];                     /* a value, then zero over it */
+            em_fill_(v, want);
+            uint64_t bits = 0;
+            em__store(&bits, dt, want);
+            const char *p = em_data_ptr(base);
+            int64_t bad = -1;
+            for (int64_t i = 0; i < n + 4 && bad < 0; i++) {
+                uint64_t got = 0;
+                memcpy(&got, p + (size_t)i * es, es);
+                bool inside = i >= 1 && i <= n + 1;
+                if (got != (inside ? bits : 0)) bad = i;
+            }
+            ck_assert_msg(bad < 0, "%s pass %d: element %lld of %lld wrong", em_dtype_name(dt), pass, (long long)bad,
+                          (long long)(n + 4));
+        }
     }
 }
 END_TEST
@@ -446,7 +481,7 @@ static Suite *make_suite(void)
 {
     Suite *s = suite_create("create");
     tu_add_tests(tu_case(s, "ops", 600), zeros_ones_full_scalar, shape_overflow_is_an_error, arange_values,
-                 eye_values, fill_on_views, copy_every_dtype_pair_and_layout, copy_transposed_in_tiles, copy_rounds,
+                 eye_values, fill_on_views, large_fills_stream, copy_every_dtype_pair_and_layout, copy_transposed_in_tiles, copy_rounds,
                  copy_from_expanded_and_0d, clone_is_independent, to_dtype_and_to, null_propagates);
     tu_add_misuse_tests(tu_case(s, "misuse", 0), misuse_copy_shape, misuse_copy_into_expanded,
                         misuse_fill_expanded, misuse_arange_zero_step, misuse_arange_wrong_sign,

@@ -67,6 +67,9 @@ int em__gemm_known(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, 
 int64_t em__gemm_size_class(int64_t x);
 const char *em__gemm_cache_file(void);
 void em__gemm_identity(char *buf, size_t n);
+/* k_elementwise.c: the FILL size (bytes) from which contiguous rows are written
+ * with non-temporal stores (from the L2 size and the thread count). */
+int64_t em__fill_stream_bytes(void);
 /* The CPU's model name (/proc/cpuinfo's "model name"; "unknown" without one). */
 void em__cpu_model(char *buf, size_t n);
 void em__gemm_forget(void);
