@@ -152,8 +152,9 @@ static void stream_fill(char *p, int64_t n, size_t size, uint64_t bits)
 #endif
 
 /* The fill size from which stores stream past the caches, from the CPU's L2 size
- * (sysconf; 1 MiB when unknown): four times the threads' L2 in all, and at least
- * 8 MiB. The L3 size is no guide: a VM may report the host's whole L3. */
+ * (sysconf; 1 MiB when unknown): four times the threads' L2 in all (the thread
+ * count at first use), and at least 8 MiB. The L3 size is no guide: a VM may
+ * report the host's whole L3. Rows shorter than 4 KiB keep plain stores. */
 int64_t em__fill_stream_bytes(void)
 {
     static int64_t v;
@@ -171,7 +172,8 @@ static void fill_loop(char **p, const int64_t *s, int64_t n, void *vctx)
 {
     const fill_ctx *c = vctx;
 #if defined(__SSE2__)
-    if (c->stream && s[0] == (int64_t)c->size) {
+    /* short rows keep plain stores: a fence per row would cost more than it saves */
+    if (c->stream && s[0] == (int64_t)c->size && n * (int64_t)c->size >= 4096) {
         stream_fill(p[0], n, c->size, c->bits);
         return;
     }
