@@ -13,8 +13,9 @@
  * single-threaded calls), else em_num_threads().
  *
  * On the first call of a class the candidates (OpenBLAS's cblas_sgemm,
- * oneDNN's dnnl_sgemm, and oneMKL's cblas_sgemm where loaded) are timed on that call's own operands, round-robin,
- * into a scratch C; the fastest (its minimum over the rounds) wins.
+ * oneDNN's dnnl_sgemm, and oneMKL's cblas_sgemm where loaded) are timed on
+ * that call's own operands, round-robin, into a scratch C; the fastest (its
+ * minimum over the rounds) wins.
  *
  * Determinism: the libraries round differently, so the choice must not change
  * from run to run, nor differ between the ranks of one machine. Choices are
@@ -33,12 +34,18 @@
  * differently. When the directory cannot be made or the file opened, the
  * same holds, and EMBER_VERBOSE=1 says why.
  *
- * A line of the file:  f32 <TA><TB> <m> <n> <k> <threads> <winner> <us openblas> <us onednn> [<us mkl>]
+ * A line of the file:
+ *
+ *   f32 <TA><TB> <m> <n> <k> <threads> <winner> <us openblas> <us onednn> [<us mkl>]
+ *
  * (the last only in a file of a run with oneMKL; '#' starts a comment). With
  * oneMKL, bf16 GEMMs with an f32 C (gemm_bf16.c: the weight gradients, the
  * activation-gradient sink) are picked too, oneDNN against oneMKL, on lines
- *                       bf16 <TA><TB> <m> <n> <k> <threads> <winner> 0 <us onednn> <us mkl> A line that does not parse is skipped, with a
- * warning on stderr naming the file and line; it never stops a run.
+ *
+ *   bf16 <TA><TB> <m> <n> <k> <threads> <winner> 0 <us onednn> <us mkl>
+ *
+ * A line that does not parse is skipped, with a warning on stderr naming the
+ * file and line; it never stops a run.
  *
  * EMBER_VERBOSE=1 prints each class's choice once per process, with the
  * timings and where the choice came from (measured, or the file).
@@ -141,7 +148,8 @@ void em__gemm_identity(char *buf, size_t n)
     int len = snprintf(buf, n, "cpu=%s; openblas=%s; onednn=none", model, openblas_get_config());
 #endif
     /* without oneMKL the text (so the file) is what it was before oneMKL could join */
-    if (em__mkl_available() && len >= 0 && (size_t)len < n) snprintf(buf + len, n - (size_t)len, "; mkl=%s", em__mkl_version());
+    if (em__mkl_available() && len >= 0 && (size_t)len < n)
+        snprintf(buf + len, n - (size_t)len, "; mkl=%s", em__mkl_version());
 }
 
 /* Where the choices persist; "" when nowhere (caller holds lock). */
@@ -227,8 +235,9 @@ static void load(FILE *f)
         double t0, t1, t2;
         int got = sscanf(line, "%7s %7s %lld %lld %lld %d %15s %lf %lf %lf", dt, tr, &m, &n, &k, &th, win, &t0, &t1, &t2);
         bool f32 = !strcmp(dt, "f32"), bf16 = !strcmp(dt, "bf16");
-        bool ok = ((f32 && (got == 9 || got == 10)) || (bf16 && got == 10)) && strlen(tr) == 2 && strchr("NT", tr[0]) && strchr("NT", tr[1]) &&
-                  m > 0 && n > 0 && k > 0 && m <= BIG && n <= BIG && k <= BIG && th > 0 && th <= 4096 && m == em__gemm_size_class(m) &&
+        bool ok = ((f32 && (got == 9 || got == 10)) || (bf16 && got == 10)) && strlen(tr) == 2 &&
+                  strchr("NT", tr[0]) && strchr("NT", tr[1]) && m > 0 && n > 0 && k > 0 && m <= BIG && n <= BIG &&
+                  k <= BIG && th > 0 && th <= 4096 && m == em__gemm_size_class(m) &&
                   n == em__gemm_size_class(n) && k == em__gemm_size_class(k) &&
                   ((!strcmp(win, "openblas") && f32) || !strcmp(win, "onednn") || (!strcmp(win, "mkl") && got == 10));
         if (!ok) {
@@ -341,12 +350,10 @@ static int pick(char dt, bool trans_a, bool trans_b, int64_t m, int64_t n, int64
                            "# dtype trans m n k threads winner us_openblas us_onednn%s (m n k: size classes)\n", id,
                         em__mkl_available() ? " us_mkl" : "");
             }
-            if (em__mkl_available())
-                fprintf(f, "%s %c%c %lld %lld %lld %d %s %.1f %.1f %.1f\n", dt == 'f' ? "f32" : "bf16", ta, tb, (long long)mc, (long long)nc,
-                        (long long)kc, threads, lib_name(lib), t[0] * 1e6, t[1] * 1e6, t[2] * 1e6);
-            else
-                fprintf(f, "f32 %c%c %lld %lld %lld %d %s %.1f %.1f\n", ta, tb, (long long)mc, (long long)nc,
-                        (long long)kc, threads, lib_name(lib), t[0] * 1e6, t[1] * 1e6);
+            char mkl_us[32] = "";   /* the fourth timing, only in a file of a run with oneMKL */
+            if (em__mkl_available()) snprintf(mkl_us, sizeof mkl_us, " %.1f", t[2] * 1e6);
+            fprintf(f, "%s %c%c %lld %lld %lld %d %s %.1f %.1f%s\n", dt == 'f' ? "f32" : "bf16", ta, tb, (long long)mc,
+                    (long long)nc, (long long)kc, threads, lib_name(lib), t[0] * 1e6, t[1] * 1e6, mkl_us);
             fflush(f);
         }
     }
