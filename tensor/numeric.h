@@ -72,6 +72,15 @@ static inline bool em__cpu_has_fma(void)
 #else
 #define EM__WIDE_VECTORS_FN
 #endif
+/* The converse, for a reduction in a file under EM__WIDE_VECTORS whose bits were
+ * fixed at gcc's default width for recent Intel cores (256 bits: 8 partial sums
+ * for f32, 4 for f64, then gcc's horizontal tree): k_sdpa.c's softmax sums. Not
+ * inlined, for the same reason. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define EM__NARROW_VECTORS_FN __attribute__((target("prefer-vector-width=256"), noinline))
+#else
+#define EM__NARROW_VECTORS_FN
+#endif
 
 /* Runs BODY with int64_t variables b, e bound to pieces of [0, n) on OpenMP
  * threads (one piece when n < grain or inside a parallel region). Pieces start

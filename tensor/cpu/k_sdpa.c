@@ -34,6 +34,8 @@
 #include "tensor/cpu/k_nn_rows.h"
 #include "tensor/cpu/vmath.h"
 
+EM__WIDE_VECTORS   /* 512-bit loops where the target has them; the sums stay narrow (row passes, below) */
+
 /* ---- small GEMMs: C[M,N] (+)= A[M,K] B[K,N], N a multiple of 16 -------------------------
  * B and C row-major (ldb, ldc); A(i, k) at A[i * ai + k * ak], so that A may be a
  * transposed matrix (ai = 1, ak = its row length) without a copy. */
@@ -142,6 +144,38 @@ static void load_vec(void *dst, em_dtype cdt, const em_tensor *t, int64_t off, i
     memset((char *)dst + (size_t)n * cs, 0, (size_t)(np - n) * cs);
 }
 
+/* ---- row passes ------------------------------------------------------------------------
+ * The file vectorizes at 512 bits where the target has AVX-512 (EM__WIDE_VECTORS, above)
+ * except for the two sums -- the softmax denominator and backward's rowsum(P dP) -- whose
+ * lane order fixes their bits: they keep the 256-bit width (8 f32 or 4 f64 partial sums)
+ * that gcc gave them before, in EM__NARROW_VECTORS_FN functions. */
+
+#define ROW_SUMS(T, SFX)                                                                                  \
+    static EM__NARROW_VECTORS_FN T row_sum_##SFX(const T *s, int64_t n)                                   \
+    {                                                                                                     \
+        T sum = 0;                                                                                        \
+        _Pragma("omp simd reduction(+ : sum)") for (int64_t j = 0; j < n; j++) sum += s[j];               \
+        return sum;                                                                                       \
+    }                                                                                                     \
+    static EM__NARROW_VECTORS_FN T row_dot_##SFX(const T *a, const T *b, int64_t n)                       \
+    {                                                                                                     \
+        T sum = 0;                                                                                        \
+        _Pragma("omp simd reduction(+ : sum)") for (int64_t j = 0; j < n; j++) sum += a[j] * b[j];        \
+        return sum;                                                                                       \
+    }
+ROW_SUMS(float, f32)
+ROW_SUMS(double, f64)
+
+static void softmax_rows_f32(float *S, int64_t R, const pair_geom *pg, float scale, float low, float *lse)
+{
+    EM__SDPA_SOFTMAX_ROWS(float, em__expf, logf, row_sum_f32, S, R, pg, scale, low, lse)
+}
+
+static void softmax_rows_f64(double *S, int64_t R, const pair_geom *pg, double scale, double low, float *lse)
+{
+    EM__SDPA_SOFTMAX_ROWS(double, exp, log, row_sum_f64, S, R, pg, scale, low, lse)
+}
+
 /* ---- per-thread scratch ---------------------------------------------------------------- */
 
 typedef struct scratch {
@@ -209,7 +243,7 @@ static bool scratch_new(scratch *w, size_t cs, int64_t sk, int64_t d)
         gemm_##SFX(w->fma, R, Skbp, Dp, Qb, Dp, 1, (const T *)w->kt, Skbp, S, Skbp, false);                               \
         if (dr->p > 0) keep_block(dr, (b * H + h) * Sq + i0, R, pg->sk, Skb, w->bits, w->keep);                   \
         T scale = (T)scale_d, low = (T)lowest(q->dtype);                                                          \
-        EM__SDPA_SOFTMAX_ROWS(T, EXP, LOG, S, R, pg, scale, low, lse)                                             \
+        softmax_rows_##SFX(S, R, pg, scale, low, lse);                                                            \
     }                                                                                                             \
                                                                                                                   \
     /* dst = dropout(src) with the keep flags of weights_* (R rows of n) */                                       \
@@ -272,7 +306,7 @@ static bool scratch_new(scratch *w, size_t cs, int64_t sk, int64_t d)
             if (dr->p > 0) apply_drop_##SFX(dP, dP, dr, w->keep, R, Skbp);                                        \
             for (int64_t r = 0; r < R; r++) {                                                                     \
                 T *pr = P + r * Skbp, *dr_ = dP + r * Skbp, dsum = 0;                                             \
-                _Pragma("omp simd reduction(+ : dsum)") for (int64_t j = 0; j < Skbp; j++) dsum += pr[j] * dr_[j]; \
+                dsum = row_dot_##SFX(pr, dr_, Skbp);                                                              \
                 _Pragma("omp simd") for (int64_t j = 0; j < Skbp; j++) dr_[j] =                                   \
                     j < len ? pr[j] * (dr_[j] - dsum) * scale : 0;                                                \
             }                                                                                                     \

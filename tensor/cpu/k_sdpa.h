@@ -169,19 +169,20 @@ static inline pair_geom geom_of(const em_tensor *lens, int64_t b, int64_t sq, in
 /* Softmax of R rows of scores S (rows of pg->skbp, type T) in place: keys j < len
  * scaled by scale, keys len <= j < skb set to low (the dtype's lowest, as the
  * composed masked_fill), the padding columns -inf (exp gives them 0); lse (when
- * non-NULL) gets each row's logsumexp. EXP and LOG: T's exp and log. */
-#define EM__SDPA_SOFTMAX_ROWS(T, EXP, LOG, S, R, pg, scale, low, lse)                                      \
+ * non-NULL) gets each row's logsumexp. EXP and LOG: T's exp and log; ROWSUM(s, n):
+ * the sum of a row, a function of the includer's (the vector width of its
+ * reduction fixes the denominator's bits; k_sdpa.c's "row passes"). */
+#define EM__SDPA_SOFTMAX_ROWS(T, EXP, LOG, ROWSUM, S, R, pg, scale, low, lse)                              \
     for (int64_t r_ = 0; r_ < (R); r_++) {                                                               \
-        T *s_ = (S) + r_ * (pg)->skbp, mx_ = -INFINITY, sum_ = 0;                                          \
+        T *s_ = (S) + r_ * (pg)->skbp, mx_ = -INFINITY;                                                    \
         const int64_t len_ = (pg)->len, skb_ = (pg)->skb, skbp_ = (pg)->skbp;                              \
-        _Pragma("omp simd") for (int64_t j = 0; j < skbp_; j++) s_[j] =                                    \
-            j < len_ ? s_[j] * (scale) : j < skb_ ? (low) : (T)-INFINITY;                                  \
-        _Pragma("omp simd reduction(max : mx_)") for (int64_t j = 0; j < skbp_; j++) mx_ = s_[j] > mx_ ? s_[j] : mx_; \
-        _Pragma("omp simd reduction(+ : sum_)") for (int64_t j = 0; j < skbp_; j++) {                      \
-            s_[j] = EXP(s_[j] - mx_);                                                                      \
-            sum_ += s_[j];                                                                                 \
+        _Pragma("omp simd reduction(max : mx_)") for (int64_t j = 0; j < skbp_; j++) {                     \
+            T x_ = j < len_ ? s_[j] * (scale) : j < skb_ ? (low) : (T)-INFINITY;                           \
+            s_[j] = x_;                                                                                    \
+            mx_ = x_ > mx_ ? x_ : mx_;                                                                     \
         }                                                                                                  \
-        T inv_ = (T)1 / sum_;                                                                              \
+        _Pragma("omp simd") for (int64_t j = 0; j < skbp_; j++) s_[j] = EXP(s_[j] - mx_);                  \
+        T sum_ = ROWSUM(s_, skbp_), inv_ = (T)1 / sum_;                                                    \
         _Pragma("omp simd") for (int64_t j = 0; j < skbp_; j++) s_[j] *= inv_;                             \
         if (lse) (lse)[r_] = (float)(mx_ + LOG(sum_));                                                     \
     }

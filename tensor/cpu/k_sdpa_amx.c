@@ -200,6 +200,15 @@ size_t em__sdpa_amx_scratch(int64_t sk, int64_t d) { return layout(NULL, NULL, s
 
 /* ---- the pair kernels ------------------------------------------------------------------------------ */
 
+/* A row's sum at this file's width (512 bits where the target has AVX-512) */
+static inline float row_sum(const float *s, int64_t n)
+{
+    float sum = 0;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t j = 0; j < n; j++) sum += s[j];
+    return sum;
+}
+
 /* S = Q K^T for the block's rows (Q in w->q, [Rp][Dp]), then softmax over rows of
  * Kp (the -inf padding past skb) and the keep flags, as k_sdpa.c */
 static void weights(const amx_ws *w, const em_tensor *q, const pair_geom *pg, int64_t Kp, double scale_d,
@@ -211,7 +220,7 @@ static void weights(const amx_ws *w, const em_tensor *q, const pair_geom *pg, in
     pair_geom wide = *pg;
     wide.skbp = Kp;
     float scale = (float)scale_d, low = (float)lowest(q->dtype);
-    EM__SDPA_SOFTMAX_ROWS(float, em__expf, logf, w->s, R, &wide, scale, low, lse)
+    EM__SDPA_SOFTMAX_ROWS(float, em__expf, logf, row_sum, w->s, R, &wide, scale, low, lse)
 }
 
 /* dst = dropout(src) on R rows of Kp (keep rows of pad16(skb), as keep_block writes them) */
