@@ -421,36 +421,17 @@ static void bw_cross_entropy(em_node *n, em_tensor *const *g, em_tensor **gin)
     gin[0] = em__cross_entropy_backward(g[0], IN(0), IN(1), OUT(1), n->saved.i[0], (em_reduction)n->saved.i[1]);
 }
 
-/* in: q, k, v, lens or NULL; out: o, lse (statistics: no gradient); f[1], i[0],
- * i[1]: the dropout p and its Philox key. The fused backward, op SDPA_BWD,
- * when the device's kernel takes the case (the CPU's tensor/cpu/k_sdpa.c,
- * cuDNN's tensor/cuda/k_sdpa_cudnn.cu); else the composed gradient, recomputing the weights
- * P and their dropout Pd (the same mask): dV = Pd^T g, dS = softmax_backward(P,
- * dropout(g V^T)) (0 at masked keys, as the composed forward's masked_fill
- * gives), dQ = s dS K, dK = s dS^T Q. */
-static void bw_sdpa(em_node *n, em_tensor *const *g, em_tensor **gin)
+/* The composed gradient of SDPA on [B,H,S,D] operands (lens: the node's key
+ * lengths or NULL), recomputing the weights P and their dropout Pd (the same
+ * mask): dV = Pd^T g, dS = softmax_backward(P, dropout(g V^T)) (0 at masked keys,
+ * as the composed forward's masked_fill gives), dQ = s dS K, dK = s dS^T Q. An
+ * em__sdpa_grad_fn; ctx is the node. */
+static void sdpa_composed_grad(void *ctx, em_tensor *q, em_tensor *k, em_tensor *v, em_tensor *g, em_tensor **gin)
 {
-    em_tensor *q = IN(0), *k = IN(1), *v = IN(2), *lens = IN(3);
+    em_node *n = ctx;
+    em_tensor *lens = IN(3);
     double scale = n->saved.f[0], p_drop = n->saved.f[1];
     uint64_t seed = (uint64_t)n->saved.i[0], offset = (uint64_t)n->saved.i[1];
-    bool pad_queries = n->saved.i[2] != 0;
-    {
-        /* the CPU kernels read dout with any strides and write gradients in
-         * em__sdpa_result's layout (no copies around the heads' split and merge) */
-        bool cpu = n->device.type == EM_DEVICE_CPU;
-        em_tensor *dout = cpu ? g[0] : em_contiguous(g[0]);
-        em_tensor *dq = em__sdpa_result(n->in[0].shape, q->dtype, n->device);
-        em_tensor *dk = em__sdpa_result(n->in[1].shape, k->dtype, n->device);
-        em_tensor *dv = em__sdpa_result(n->in[2].shape, v->dtype, n->device);
-        if (dout && dq && dk && dv &&
-            em__sdpa_backward(dq, dk, dv, q, k, v, lens, scale, OUT(0), OUT(1), dout, p_drop, seed, offset,
-                              pad_queries) == EM_OK) {
-            if (NEEDS(0)) gin[0] = dq;
-            if (NEEDS(1)) gin[1] = dk;
-            if (NEEDS(2)) gin[2] = dv;
-            return;
-        }
-    }
     em_tensor *s = em_mul_scalar(em_matmul(q, em_transpose(k, 2, 3)), scale), *keep = NULL;
     if (lens) {
         keep = em_eq(em__sdpa_lens_mask(lens, k->shape[2]), em_scalar(0, EM_BOOL, n->device));
@@ -460,14 +441,49 @@ static void bw_sdpa(em_node *n, em_tensor *const *g, em_tensor **gin)
     }
     em_tensor *p = em_softmax(s, -1);
     em_tensor *pd = p_drop > 0 ? em_dropout(p, p_drop, seed, offset, NULL) : p;
-    if (NEEDS(2)) gin[2] = em_matmul(em_transpose(pd, 2, 3), g[0]);
+    if (NEEDS(2)) gin[2] = em_matmul(em_transpose(pd, 2, 3), g);
     if (!NEEDS(0) && !NEEDS(1)) return;
-    em_tensor *dpd = em_matmul(g[0], em_transpose(v, 2, 3));
+    em_tensor *dpd = em_matmul(g, em_transpose(v, 2, 3));
     if (p_drop > 0) dpd = em_dropout(dpd, p_drop, seed, offset, NULL);   /* the same mask and scale: [B,H,Sq,Sk] */
     em_tensor *ds = em__softmax_backward(p, dpd, -1, false);
     if (keep) ds = em_masked_fill(ds, keep, 0);
     if (NEEDS(0)) gin[0] = em_mul_scalar(em_matmul(ds, k), scale);
     if (NEEDS(1)) gin[1] = em_mul_scalar(em_matmul(em_transpose(ds, 2, 3), q), scale);
+}
+
+/* in: q, k, v, lens or NULL, starts or NULL (packed rows: em__sdpa_packed, i[3] =
+ * S); out: o, lse (statistics: no gradient); f[1], i[0], i[1]: the dropout p and
+ * its Philox key. The fused backward, op SDPA_BWD, when the device's kernel takes
+ * the case (the CPU's tensor/cpu/k_sdpa.c, cuDNN's tensor/cuda/k_sdpa_cudnn.cu);
+ * else the composed gradient (packed rows: on the padded batch, em__sdpa_packed_grad). */
+static void bw_sdpa(em_node *n, em_tensor *const *g, em_tensor **gin)
+{
+    em_tensor *q = IN(0), *k = IN(1), *v = IN(2), *lens = IN(3), *starts = IN(4);
+    double scale = n->saved.f[0], p_drop = n->saved.f[1];
+    uint64_t seed = (uint64_t)n->saved.i[0], offset = (uint64_t)n->saved.i[1];
+    bool pad_queries = n->saved.i[2] != 0;
+    int64_t S = n->saved.i[3];
+    {
+        /* the CPU kernels read dout with any strides and write gradients in
+         * em__sdpa_result's layout (no copies around the heads' split and merge) */
+        bool cpu = n->device.type == EM_DEVICE_CPU;
+        em_tensor *dout = cpu ? g[0] : em_contiguous(g[0]);
+        em_tensor *dq = em__sdpa_result(n->in[0].shape, q->dtype, n->device);
+        em_tensor *dk = em__sdpa_result(n->in[1].shape, k->dtype, n->device);
+        em_tensor *dv = em__sdpa_result(n->in[2].shape, v->dtype, n->device);
+        if (dout && dq && dk && dv &&
+            (starts ? em__sdpa_backward_packed(dq, dk, dv, q, k, v, lens, starts, S, scale, OUT(0), OUT(1), dout,
+                                               p_drop, seed, offset)
+                    : em__sdpa_backward(dq, dk, dv, q, k, v, lens, scale, OUT(0), OUT(1), dout, p_drop, seed,
+                                        offset, pad_queries)) == EM_OK) {
+            if (NEEDS(0)) gin[0] = dq;
+            if (NEEDS(1)) gin[1] = dk;
+            if (NEEDS(2)) gin[2] = dv;
+            return;
+        }
+    }
+    if (starts) em__sdpa_packed_grad(q, k, v, lens, starts, S, g[0], sdpa_composed_grad, n, gin);
+    else sdpa_composed_grad(n, q, k, v, g[0], gin);
 }
 
 /* ---- shape and index ops ----------------------------------------------------------------- */
@@ -554,7 +570,7 @@ const em_rule em_rules[EM_NUM_OPS] = {
     [EM_OP_EMBEDDING] = DIFF(bw_embedding, 2, 0, GC),
     [EM_OP_DROPOUT] = DIFF1(bw_dropout, 2, 2, GC),
     [EM_OP_CROSS_ENTROPY] = DIFF1(bw_cross_entropy, 3, 2, GC),
-    [EM_OP_SDPA] = DIFF1(bw_sdpa, 15, 3, GC),
+    [EM_OP_SDPA] = DIFF1(bw_sdpa, 31, 3, GC),
     [EM_OP_CAT] = DIFF(bw_cat, 0, 0, GC),
     [EM_OP_INDEX_SELECT] = DIFF(bw_index_select, 2, 0, GC),
     [EM_OP_GATHER] = DIFF(bw_gather, 2, 0, GC),

@@ -25,22 +25,23 @@ em_tensor *em__attention_mask4(em_tensor *mask, int64_t B, int64_t S, const char
     return r;
 }
 
-static em_tensor *mha(em_tensor *q, em_tensor *k, em_tensor *v, em_tensor *mask4, em_tensor *lens, int64_t n_heads,
-                       double dropout_p)
+/* [B,S,H*Dh] (or [n,H*Dh] with B = 1, S = n) -> [B,H,S,Dh]: a view */
+static em_tensor *split_heads(em_tensor *x, int64_t B, int64_t S, int64_t n_heads)
+{
+    int64_t split[4] = {B, S, n_heads, x->shape[x->ndim - 1] / n_heads};
+    return em_transpose(em_view(x, 4, split), 1, 2);
+}
+
+static em_tensor *mha(em_tensor *q, em_tensor *k, em_tensor *v, em_tensor *mask4, int64_t n_heads, double dropout_p)
 {
     EM_PROPAGATE_NULL_IN("em_nn_mhsa_forward", q, k, v);
-    int64_t B = q->shape[0], S = q->shape[1], D = q->shape[2], Dh = D / n_heads;
+    int64_t B = q->shape[0], S = q->shape[1], D = q->shape[2];
     em_tensor *r = NULL;
     em_scope_begin();
-    /* [B,S,D] -> [B,S,H,Dh] -> [B,H,S,Dh]: views, no copies */
-    int64_t split[4] = {B, S, n_heads, Dh};
-    em_tensor *qh = em_transpose(em_view(q, 4, split), 1, 2);
-    em_tensor *kh = em_transpose(em_view(k, 4, split), 1, 2);
-    em_tensor *vh = em_transpose(em_view(v, 4, split), 1, 2);
     uint64_t seed = 0, off = 0;
     if (dropout_p > 0.0) em__dropout_key(B * n_heads * S * S, &seed, &off);
-    em_tensor *ctx = lens ? em__sdpa(qh, kh, vh, lens, dropout_p, seed, off, true)
-                          : em_scaled_dot_product_attention(qh, kh, vh, mask4, dropout_p, seed, off);
+    em_tensor *ctx = em_scaled_dot_product_attention(split_heads(q, B, S, n_heads), split_heads(k, B, S, n_heads),
+                                                     split_heads(v, B, S, n_heads), mask4, dropout_p, seed, off);
     /* [B,H,S,Dh] -> [B,S,H,Dh] -> [B,S,D]: a view of the CPU kernel's [B,S,H,Dh]
      * output (em__sdpa_result), one copy of a contiguous one (cuDNN, composed) */
     ctx = em_reshape(em_transpose(ctx, 1, 2), 3, (int64_t[]){B, S, D});
@@ -52,13 +53,29 @@ static em_tensor *mha(em_tensor *q, em_tensor *k, em_tensor *v, em_tensor *mask4
 em_tensor *em__mha_core(em_tensor *q, em_tensor *k, em_tensor *v, em_tensor *mask4, int64_t n_heads,
                         double dropout_p)
 {
-    return mha(q, k, v, mask4, NULL, n_heads, dropout_p);
+    return mha(q, k, v, mask4, n_heads, dropout_p);
 }
 
-em_tensor *em__mha_core_lens(em_tensor *q, em_tensor *k, em_tensor *v, em_tensor *lens, int64_t n_heads,
+/* Attention over an encoder's packed rows (nn/unpad.c): q, k, v [n, D] -> [n, D].
+ * Each sequence attends to its own rows (em__sdpa_packed: no padding row is
+ * gathered, computed or scattered); the dropout key is drawn for the padded
+ * [B,H,S,S] weights, as mha's on the padded batch, so the masks agree. */
+static em_tensor *mha_packed(em_tensor *q, em_tensor *k, em_tensor *v, const em__packing *plan, int64_t n_heads,
                              double dropout_p)
 {
-    return mha(q, k, v, NULL, lens, n_heads, dropout_p);
+    EM_PROPAGATE_NULL_IN("em_nn_mhsa_forward", q, k, v);
+    int64_t n = q->shape[0], D = q->shape[1];
+    em_tensor *r = NULL;
+    em_scope_begin();
+    uint64_t seed = 0, off = 0;
+    if (dropout_p > 0.0) em__dropout_key(plan->B * n_heads * plan->S * plan->S, &seed, &off);
+    em_tensor *ctx = em__sdpa_packed(split_heads(q, 1, n, n_heads), split_heads(k, 1, n, n_heads),
+                                     split_heads(v, 1, n, n_heads), plan->lens, plan->first, plan->S, dropout_p, seed,
+                                     off);
+    ctx = em_reshape(em_transpose(ctx, 1, 2), 2, (int64_t[]){n, D});   /* a view of em__sdpa_result's layout */
+    if (ctx) r = em_keep(ctx);
+    em_scope_end();
+    return r;
 }
 
 /* ---- MultiHeadSelfAttention ---------------------------------------------------------------- */
@@ -108,9 +125,7 @@ em_tensor *em__attention_context(em_nn_linear *q_lin, em_nn_linear *k_lin, em_nn
     double p = dropout->base.training ? dropout->p : 0.0;
     em_tensor *q = em_nn_linear_forward(q_lin, x), *k = em_nn_linear_forward(k_lin, x);
     em_tensor *v = em_nn_linear_forward(v_lin, x);
-    if (plan) q = em__unpack_rows(plan, q), k = em__unpack_rows(plan, k), v = em__unpack_rows(plan, v);
-    return plan ? em__pack_rows(plan, em__mha_core_lens(q, k, v, plan->lens, n_heads, p))
-                : em__mha_core(q, k, v, mask4, n_heads, p);
+    return plan ? mha_packed(q, k, v, plan, n_heads, p) : em__mha_core(q, k, v, mask4, n_heads, p);
 }
 
 em_tensor *em__mhsa_forward4(void *mhsa, em_tensor *x, em_tensor *mask4, const em__packing *plan)

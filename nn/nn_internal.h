@@ -41,10 +41,6 @@ em_tensor *em__attention_mask4(em_tensor *mask, int64_t B, int64_t S, const char
  * dropout_p applies to the attention weights (0 in eval). */
 em_tensor *em__mha_core(em_tensor *q, em_tensor *k, em_tensor *v, em_tensor *mask4, int64_t n_heads,
                         double dropout_p);
-/* The same for an unpadded encoder (nn/unpad.c): key lengths lens (i32 [B]) instead of
- * a mask, and the padding query rows of the context are left unspecified (not read). */
-em_tensor *em__mha_core_lens(em_tensor *q, em_tensor *k, em_tensor *v, em_tensor *lens, int64_t n_heads,
-                             double dropout_p);
 /* The multi-head attention context of x (before the output projection) from
  * the projections q_lin, k_lin, v_lin, as DistilBERT's and BERT's attention
  * compute it: dropout (when training) on the weights; with a plan
@@ -62,19 +58,18 @@ em_tensor *em__mhsa_forward4(void *mhsa, em_tensor *x, em_tensor *mask4, const s
 em_tensor *em__block_forward4(void *block, em_tensor *x, em_tensor *mask4, const struct em__packing *plan);
 /* ---- unpadding (nn/unpad.c) ------------------------------------------------------- */
 /* The real tokens of a right-padded batch: pack (i64 [n]) lists each real token's
- * padded row b*S+s in order; unpack (i64 [B*S]) gives each padded row's packed row
- * (a padding row gets its sequence's first); first (i64 [B]) each sequence's first
- * packed row. Tensors belong to the scope open at em__pack_plan. */
+ * padded row b*S+s in order; first (i64 [B]) each sequence's first packed row
+ * (attention's starts, em__sdpa_packed). Tensors belong to the scope open at
+ * em__pack_plan. */
 typedef struct em__packing {
     int64_t B, S, n;
-    em_tensor *pack, *unpack, *first;
+    em_tensor *pack, *first;
     em_tensor *lens;   /* i32 [B]: the sequence lengths */
 } em__packing;
 /* false (plan zeroed) unless mask is a CPU [B,S] mask whose rows are non-empty
  * prefixes of ones and some padding exists: then the caller keeps the padded path. */
 bool em__pack_plan(em_tensor *mask, int64_t B, int64_t S, em__packing *plan);
 em_tensor *em__pack_rows(const em__packing *plan, em_tensor *x);     /* [B,S,D] -> [n,D] (recorded) */
-em_tensor *em__unpack_rows(const em__packing *plan, em_tensor *x);   /* [n,D] -> [B,S,D] (recorded) */
 
 /* Draws (seed, first counter) for a dropout over n elements from the global stream. */
 void em__dropout_key(int64_t n, uint64_t *seed, uint64_t *offset);

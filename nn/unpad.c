@@ -5,11 +5,13 @@
  * residual add) gives the same values for a real token whether or not the
  * padding rows ride along, and a padding row never reaches a real one:
  * attention masks padding keys, and a sequence classifier reads only each
- * sequence's first token. So those layers can run on the packed [N, D] rows,
- * and only attention sees the padded [B, S, D] layout. The loss and every
- * parameter gradient are those of the padded computation (a padding row's
- * gradient is exactly 0 there); only rounding differs (GEMMs of another M),
- * and dropout draws its masks over the packed rows instead of the padded ones.
+ * sequence's first token. So those layers run on the packed [N, D] rows, and
+ * so does attention (em__sdpa_packed: each sequence's rows attend to each
+ * other, with the padded batch's dropout mask; nn/attention.c). The loss and
+ * every parameter gradient are those of the padded computation (a padding
+ * row's gradient is exactly 0 there); only rounding differs (GEMMs of another
+ * M), and the per-token dropouts draw their masks over the packed rows
+ * instead of the padded ones.
  *
  * The plan is built on the host from a CPU mask. Plans and their index
  * tensors belong to the scope that is open when em__pack_plan runs.
@@ -47,28 +49,22 @@ bool em__pack_plan(em_tensor *mask, int64_t B, int64_t S, em__packing *plan)
         em__free(len);
         return false;
     }
-    int64_t *pack = em__malloc(sizeof(int64_t) * (size_t)n), *unpack = em__malloc(sizeof(int64_t) * (size_t)(B * S));
-    int64_t *first = em__malloc(sizeof(int64_t) * (size_t)B);
+    int64_t *pack = em__malloc(sizeof(int64_t) * (size_t)n), *first = em__malloc(sizeof(int64_t) * (size_t)B);
     int32_t *len32 = em__malloc(sizeof(int32_t) * (size_t)B);
-    if (pack && unpack && first && len32) {
+    if (pack && first && len32) {
         int64_t at = 0;
         for (int64_t b = 0; b < B; b++) {
             first[b] = at;
-            for (int64_t s = 0; s < S; s++)
-                /* a padding position repeats its sequence's first row: a finite value that attention
-                 * masks as a key, and whose own output nobody reads */
-                unpack[b * S + s] = s < len[b] ? at + s : at;
             for (int64_t s = 0; s < len[b]; s++) pack[at + s] = b * S + s;
             at += len[b];
         }
         plan->pack = em_from_data(pack, 1, (int64_t[]){n}, EM_I64);
-        plan->unpack = em_from_data(unpack, 1, (int64_t[]){B * S}, EM_I64);
         plan->first = em_from_data(first, 1, (int64_t[]){B}, EM_I64);
         for (int64_t b = 0; b < B; b++) len32[b] = (int32_t)len[b];
         plan->lens = em_from_data(len32, 1, (int64_t[]){B}, EM_I32);
     }
-    em__free(len), em__free(pack), em__free(unpack), em__free(first), em__free(len32);
-    if (!plan->pack || !plan->unpack || !plan->first || !plan->lens) {
+    em__free(len), em__free(pack), em__free(first), em__free(len32);
+    if (!plan->pack || !plan->first || !plan->lens) {
         memset(plan, 0, sizeof *plan);
         return false;
     }
@@ -84,17 +80,6 @@ em_tensor *em__pack_rows(const em__packing *plan, em_tensor *x)
     em_tensor *flat = em_reshape(x, 2, (int64_t[]){plan->B * plan->S, x->shape[x->ndim - 1]});
     em_tensor *p = em_index_select(flat, 0, plan->pack);
     if (p) r = em_keep(p);
-    em_scope_end();
-    return r;
-}
-
-em_tensor *em__unpack_rows(const em__packing *plan, em_tensor *x)
-{
-    EM_PROPAGATE_NULL(x);
-    em_tensor *r = NULL;
-    em_scope_begin();
-    em_tensor *u = em_reshape(em_index_select(x, 0, plan->unpack), 3, (int64_t[]){plan->B, plan->S, x->shape[1]});
-    if (u) r = em_keep(u);
     em_scope_end();
     return r;
 }

@@ -54,5 +54,11 @@ em_status em__unscale(em_tensor *const *t, int n, float inv, bool *found_inf);
 em_status em__sdpa_backward(em_tensor *dq, em_tensor *dk, em_tensor *dv, em_tensor *q, em_tensor *k, em_tensor *v,
                             em_tensor *lens, double scale, em_tensor *out, em_tensor *lse, em_tensor *dout,
                             double dropout_p, uint64_t seed, uint64_t offset, bool pad_queries);
+/* The same for the packed op (em__sdpa_packed): q, k, v, out, dout, dq, dk, dv
+ * [1,H,N,D], lens and starts the forward's (S its padded length). */
+em_status em__sdpa_backward_packed(em_tensor *dq, em_tensor *dk, em_tensor *dv, em_tensor *q, em_tensor *k,
+                                   em_tensor *v, em_tensor *lens, em_tensor *starts, int64_t S, double scale,
+                                   em_tensor *out, em_tensor *lse, em_tensor *dout, double dropout_p, uint64_t seed,
+                                   uint64_t offset);
 
 #endif

@@ -2,6 +2,7 @@
  * ADAMW_STEP, UNSCALE, SDPA_BWD): check the operands once, fill em_kargs,
  * dispatch. */
 #include "tensor/fused.h"
+#include "tensor/op_grad.h"
 #include "tensor/tensor_internal.h"
 
 #include <string.h>
@@ -90,9 +91,10 @@ em_status em__unscale(em_tensor *const *t, int n, float inv, bool *found_inf)
     return st;
 }
 
-em_status em__sdpa_backward(em_tensor *dq, em_tensor *dk, em_tensor *dv, em_tensor *q, em_tensor *k, em_tensor *v,
-                            em_tensor *lens, double scale, em_tensor *out, em_tensor *lse, em_tensor *dout,
-                            double dropout_p, uint64_t seed, uint64_t offset, bool pad_queries)
+static em_status sdpa_backward(em_tensor *dq, em_tensor *dk, em_tensor *dv, em_tensor *q, em_tensor *k, em_tensor *v,
+                               em_tensor *lens, em_tensor *starts, int64_t S, double scale, em_tensor *out,
+                               em_tensor *lse, em_tensor *dout, double dropout_p, uint64_t seed, uint64_t offset,
+                               bool pad_queries)
 {
     static const char op[] = "sdpa_backward";
     em_tensor *outs[] = {dq, dk, dv};
@@ -107,7 +109,28 @@ em_status em__sdpa_backward(em_tensor *dq, em_tensor *dk, em_tensor *dv, em_tens
         em__misuse(op, "q, k, v, the forward's outputs and dout must be given");
         return EM_ERR_INVALID;
     }
-    em_kargs ka = {.op = EM_OP_SDPA_BWD, .in = {q, k, v, lens, out, lse, dout}, .out = {dq, dk, dv},
-                   .f = {scale, dropout_p}, .i = {(int64_t)seed, (int64_t)offset, pad_queries}};
+    if (starts && (!lens || S < 1)) {
+        em__misuse(op, "packed rows need lens and the padded length S >= 1");
+        return EM_ERR_INVALID;
+    }
+    em_kargs ka = {.op = EM_OP_SDPA_BWD, .in = {q, k, v, lens, out, lse, dout, starts}, .out = {dq, dk, dv},
+                   .f = {scale, dropout_p}, .i = {(int64_t)seed, (int64_t)offset, pad_queries, starts ? S : 0}};
     return em__dispatch(&ka);
+}
+
+em_status em__sdpa_backward(em_tensor *dq, em_tensor *dk, em_tensor *dv, em_tensor *q, em_tensor *k, em_tensor *v,
+                            em_tensor *lens, double scale, em_tensor *out, em_tensor *lse, em_tensor *dout,
+                            double dropout_p, uint64_t seed, uint64_t offset, bool pad_queries)
+{
+    return sdpa_backward(dq, dk, dv, q, k, v, lens, NULL, 0, scale, out, lse, dout, dropout_p, seed, offset,
+                         pad_queries);
+}
+
+em_status em__sdpa_backward_packed(em_tensor *dq, em_tensor *dk, em_tensor *dv, em_tensor *q, em_tensor *k,
+                                   em_tensor *v, em_tensor *lens, em_tensor *starts, int64_t S, double scale,
+                                   em_tensor *out, em_tensor *lse, em_tensor *dout, double dropout_p, uint64_t seed,
+                                   uint64_t offset)
+{
+    if (em__sdpa_packed_composed() == 2) return EM_ERR_UNSUPPORTED;   /* a test's request */
+    return sdpa_backward(dq, dk, dv, q, k, v, lens, starts, S, scale, out, lse, dout, dropout_p, seed, offset, true);
 }

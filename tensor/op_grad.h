@@ -80,6 +80,26 @@ em_tensor *em__sdpa_result(const int64_t shape[4], em_dtype dtype, em_device dev
 
 em_tensor *em__sdpa(em_tensor *q, em_tensor *k, em_tensor *v, em_tensor *lens, double dropout_p, uint64_t seed,
                     uint64_t offset, bool pad_queries);
+/* Fused attention over packed rows (tensor/op_sdpa_packed.c): q, k, v [1,H,N,D],
+ * sequence b in rows starts[b] .. starts[b] + lens[b] - 1, the sequences in order
+ * from row 0, each 1 to S rows; the values of em__sdpa on the padded [B,H,S,D]
+ * batch with padding queries. -> [1,H,N,D] (em__sdpa_result's layout), or NULL
+ * with the error set. */
+em_tensor *em__sdpa_packed(em_tensor *q, em_tensor *k, em_tensor *v, em_tensor *lens, em_tensor *starts, int64_t S,
+                           double dropout_p, uint64_t seed, uint64_t offset);
+/* The padded gradient of q, k, v [B,H,S,D] given dout, into gin[0..2] (a NULL
+ * entry: not needed); ctx is the caller's. */
+typedef void (*em__sdpa_grad_fn)(void *ctx, em_tensor *q, em_tensor *k, em_tensor *v, em_tensor *dout,
+                                 em_tensor **gin);
+/* The packed op's gradient through grad on the padded batch, for a device whose
+ * fused backward declines; false (error set) when lens/starts do not tile q's rows
+ * or memory runs out. gin[0..2]: [1,H,N,D] scope-owned, NULL where grad gave none. */
+bool em__sdpa_packed_grad(em_tensor *q, em_tensor *k, em_tensor *v, em_tensor *lens, em_tensor *starts, int64_t S,
+                          em_tensor *dout, em__sdpa_grad_fn grad, void *ctx, em_tensor **gin);
+/* For tests: 1 composes em__sdpa_packed's forward, 2 declines its fused backward
+ * (em__sdpa_backward_packed), 0 (the default) neither; returns the previous level. */
+int em__sdpa_packed_set_composed(int level);
+int em__sdpa_packed_composed(void);
 /* The bool key mask [B,1,1,Sk] (j < lens[b]) of lens [B] (for the rule and the fallback). */
 em_tensor *em__sdpa_lens_mask(em_tensor *lens, int64_t sk);
 

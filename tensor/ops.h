@@ -96,7 +96,12 @@ struct em_tensor;
        lens[b] are padding, their rows of out[0], out[1] and of q's gradient are 0 (a  \
        composed fallback computes them; callers must not read them) -> out[0]         \
        [B,H,Sq,D] (D contiguous, other strides any: em__sdpa_result), out[1]=lse f32   \
-       [B,H,Sq,1] (logsumexp of the masked scaled scores). A                            \
+       [B,H,Sq,1] (logsumexp of the masked scaled scores). Packed rows: in[4]=starts   \
+       i64 [B] or NULL; when given, q, k, v, out[0] are [1,H,N,D], out[1] [1,H,N,1],   \
+       sequence b holds rows starts[b] .. starts[b]+lens[b]-1 (in order from row 0,    \
+       each 1..S rows: the op checks), i[2]=1, and i[3]=S, the padded length whose     \
+       [B,H,S,S] numbering the dropout mask keeps: the values of the padded call's    \
+       rows (op_sdpa_packed.c). A                                                       \
        decline a case with EM_ERR_UNSUPPORTED, no error set (cuDNN's engine: half types \
        only, no dropout); em__sdpa then composes it (op_grad.c). */                      \
     X(SDPA)                                                                              \
@@ -122,7 +127,8 @@ struct em_tensor;
        any element was inf/NaN before scaling, else 0 (GradScaler's unscale).          \
        SDPA_BWD: SDPA's gradient in one pass: in[0..2]=q, k, v, in[3]=lens or NULL,   \
        in[4]=out, in[5]=lse (SDPA's outputs), in[6]=dout (out's shape, any strides);  \
-       f[0]=scale, f[1]=dropout p, i[0]=seed, i[1]=offset, i[2]=pad_queries, as SDPA  \
+       f[0]=scale, f[1]=dropout p, i[0]=seed, i[1]=offset, i[2]=pad_queries, as SDPA; \
+       in[7]=starts and i[3]=S for packed rows, as SDPA's in[4] and i[3]               \
        -> out[0..2]=dq, dk, dv (D contiguous, other strides any). A kernel may decline \
        a layout it does not take (cuDNN: contiguous only), or a case, with              \
        EM_ERR_UNSUPPORTED, nothing written, no error set (autograd then composes). */  \

@@ -62,11 +62,11 @@ const em_op_def em_op_table[EM_NUM_OPS] = {
     ROW(RAND, "rand", 0, 1, EM_CLASS_RANDOM, false),
     ROW(RANDN, "randn", 0, 1, EM_CLASS_RANDOM, false),
     ROW(BERNOULLI, "bernoulli", 0, 1, EM_CLASS_RANDOM, false),
-    ROW(SDPA, "sdpa", 4, 2, EM_CLASS_NN, true),
+    ROW(SDPA, "sdpa", 5, 2, EM_CLASS_NN, true),
     ROW(LINEAR, "linear", 3, 1, EM_CLASS_LINALG, true),
     ROW(ADAMW_STEP, "adamw_step", 1, 4, EM_CLASS_FUSED, false),
     ROW(UNSCALE, "unscale", 0, 1, EM_CLASS_FUSED, false),
-    ROW(SDPA_BWD, "sdpa_backward", 7, 3, EM_CLASS_FUSED, false),
+    ROW(SDPA_BWD, "sdpa_backward", 8, 3, EM_CLASS_FUSED, false),
 };
 
 /* Adding an op to EM_OP_LIST without a row here leaves a NULL name; the count

@@ -227,6 +227,11 @@ F(sdpa_fused, em__sdpa(x[0], x[1], x[2], x[3], 0.0, 0, 0, false))
 F(sdpa_fused_nomask, em__sdpa(x[0], x[1], x[2], NULL, 0.0, 0, 0, false))
 F(sdpa_fused_dropout, em__sdpa(x[0], x[1], x[2], x[3], 0.3, 5, 9, false))
 F(sdpa_fused_padq, em__sdpa(x[0], x[1], x[2], x[3], 0.3, 5, 9, true))
+/* packed rows (tensor/op_sdpa_packed.c): sequences of 3 and 2 rows in [1,2,5,4], padded length 3 */
+MK(sdpa_packed, x[0] = R(EM_SHAPE(1, 2, 5, 4), -1, 1); x[1] = R_t(EM_SHAPE(1, 2, 5, 4), -1, 1);
+   x[2] = R(EM_SHAPE(1, 2, 5, 4), -1, 1); x[3] = em_from_data((const int32_t[]){3, 2}, EM_SHAPE(2), EM_I32);
+   x[4] = I64(EM_SHAPE(2), V64(0, 3)))
+F(sdpa_packed, em__sdpa_packed(x[0], x[1], x[2], x[3], x[4], 3, 0.3, 5, 9))
 
 typedef struct gc_case {
     em_op op;
@@ -300,6 +305,7 @@ static const gc_case cases[] = {
     C(SDPA, "fused sdpa without a mask", 3, sdpa, sdpa_fused_nomask),
     C(SDPA, "fused sdpa, key lengths (3, 2), dropout p=0.3", 4, sdpa, sdpa_fused_dropout),
     C(SDPA, "fused sdpa, dropout, padding queries skipped", 4, sdpa, sdpa_fused_padq),
+    C(SDPA, "fused sdpa over packed rows (3 and 2 of [1,2,5,4]), dropout p=0.3", 5, sdpa_packed, sdpa_packed),
     C(CAT, "cat dim 1 with a transposed input and a legacy [0]", 4, cat, cat),
     C(CAT, "stack dim 0", 1, x34, stack),
     C(CAT, "stack dim 2, mixed layouts", 4, cat, stack_mixed),

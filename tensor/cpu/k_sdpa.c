@@ -223,8 +223,8 @@ static bool scratch_new(scratch *w, size_t cs, int64_t sk, int64_t d)
         memset(K + Skb * Dp, 0, sizeof(T) * (size_t)((Skbp - Skb) * Dp));                                        \
         memset(V + Skb * Dp, 0, sizeof(T) * (size_t)((Skbp - Skb) * Dp));                                        \
         for (int64_t j = 0; j < Skb; j++) {                                                                       \
-            load_vec(K + j * Dp, cdt, kk, off4(kk, b, h, j), kk->stride[3], D, Dp);                               \
-            load_vec(V + j * Dp, cdt, v, off4(v, b, h, j), v->stride[3], D, Dp);                                  \
+            load_vec(K + j * Dp, cdt, kk, pair_row(kk, pg, h, j), kk->stride[3], D, Dp);                           \
+            load_vec(V + j * Dp, cdt, v, pair_row(v, pg, h, j), v->stride[3], D, Dp);                              \
         }                                                                                                         \
         transpose_##SFX(KT, Skbp, K, Dp, Skbp, Dp);                                                               \
         if (vt) transpose_##SFX(VT, Skbp, V, Dp, Skbp, Dp);                                                       \
@@ -235,11 +235,11 @@ static bool scratch_new(scratch *w, size_t cs, int64_t sk, int64_t d)
     static void weights_##SFX(const em_tensor *q, const pair_geom *pg, double scale_d, const drop *dr, scratch *w, \
                               int64_t b, int64_t h, int64_t i0, int64_t R, float *lse)                            \
     {                                                                                                             \
-        int64_t H = q->shape[1], Sq = q->shape[2], D = q->shape[3], Dp = pad16(D);                               \
+        int64_t H = q->shape[1], Sq = pg->sq, D = q->shape[3], Dp = pad16(D);                                    \
         int64_t Skb = pg->skb, Skbp = pg->skbp;                                                                   \
         em_dtype cdt = sizeof(T) == 8 ? EM_F64 : EM_F32;                                                          \
         T *Qb = w->q, *S = w->s;                                                                                  \
-        for (int64_t r = 0; r < R; r++) load_vec(Qb + r * Dp, cdt, q, off4(q, b, h, i0 + r), q->stride[3], D, Dp); \
+        for (int64_t r = 0; r < R; r++) load_vec(Qb + r * Dp, cdt, q, pair_row(q, pg, h, i0 + r), q->stride[3], D, Dp); \
         gemm_##SFX(w->fma, R, Skbp, Dp, Qb, Dp, 1, (const T *)w->kt, Skbp, S, Skbp, false);                               \
         if (dr->p > 0) keep_block(dr, (b * H + h) * Sq + i0, R, pg->sk, Skb, w->bits, w->keep);                   \
         T scale = (T)scale_d, low = (T)lowest(q->dtype);                                                          \
@@ -254,16 +254,17 @@ static bool scratch_new(scratch *w, size_t cs, int64_t sk, int64_t d)
         _Pragma("omp simd") for (int64_t e = 0; e < R * n; e++) dst[e] = keep[e] ? src[e] * ds : 0;               \
     }                                                                                                             \
                                                                                                                   \
-    static void forward_pair_##SFX(const em_kargs *k, const drop *dr, scratch *w, int64_t b, int64_t h)            \
+    static void forward_pair_##SFX(const em_kargs *k, const pair_src *ps, const drop *dr, scratch *w, int64_t b,\
+                                   int64_t h)                                                                 \
     {                                                                                                             \
         const em_tensor *q = k->in[0], *kk = k->in[1], *v = k->in[2];                                             \
         em_tensor *out = k->out[0], *lse = k->out[1];                                                             \
-        int64_t H = q->shape[1], Sq = q->shape[2], D = q->shape[3], Dp = pad16(D);                               \
-        pair_geom pg = geom_of(k->in[3], b, Sq, kk->shape[2], k->i[2] != 0);                                      \
+        int64_t H = q->shape[1], D = q->shape[3], Dp = pad16(D);                                              \
+        pair_geom pg = geom_of(ps, b);                                                                        \
         em_dtype cdt = sizeof(T) == 8 ? EM_F64 : EM_F32;                                                          \
         load_kv_##SFX(kk, v, &pg, w, b, h, false);                                                                \
         float *lp = (float *)lse->storage->data + lse->offset;                                                    \
-        int64_t base = (b * H + h) * Sq;                                                                          \
+        int64_t base = (pg.tb * H + h) * q->shape[2] + pg.row0;   /* lse: [B,H,Sq,1] or [1,H,N,1] */          \
         for (int64_t i0 = 0; i0 < pg.sqb; i0 += QB) {                                                             \
             int64_t R = pg.sqb - i0 < QB ? pg.sqb - i0 : QB, row0 = base + i0;                                    \
             weights_##SFX(q, &pg, k->f[0], dr, w, b, h, i0, R, lp + row0);                                        \
@@ -271,21 +272,21 @@ static bool scratch_new(scratch *w, size_t cs, int64_t sk, int64_t d)
             if (dr->p > 0) apply_drop_##SFX(P, P, dr, w->keep, R, pg.skbp);                                       \
             T *Ob = w->o;                                                                                         \
             gemm_##SFX(w->fma, R, Dp, pg.skbp, P, pg.skbp, 1, (const T *)w->v, Dp, Ob, Dp, false);                        \
-            store_rows_at(out, b, h, i0, Ob, cdt, R, D, Dp);                                               \
+            store_rows_at(out, pg.tb, h, pg.row0 + i0, Ob, cdt, R, D, Dp);                                    \
         }                                                                                                         \
         /* padding queries: 0 */                                                                                  \
-        zero_rows_at(out, b, h, pg.sqb, Sq - pg.sqb, D);                                     \
-        for (int64_t i = pg.sqb; i < Sq; i++) lp[base + i] = 0;                                                   \
+        zero_rows_at(out, pg.tb, h, pg.row0 + pg.sqb, pg.sq_rows - pg.sqb, D);                                \
+        for (int64_t i = pg.sqb; i < pg.sq_rows; i++) lp[base + i] = 0;                                       \
     }                                                                                                             \
                                                                                                                   \
     /* t: [dq, dk, dv, q, k, v, lens, dout] */                                                                    \
-    static void backward_pair_##SFX(em_tensor *const *t, double sc, bool pad_queries, const drop *dr, scratch *w,  \
-                                    int64_t b, int64_t h)                                                         \
+    static void backward_pair_##SFX(em_tensor *const *t, const pair_src *ps, double sc, const drop *dr, scratch *w,\
+                                    int64_t b, int64_t h)                                                     \
     {                                                                                                             \
         em_tensor *dq = t[0], *dk = t[1], *dv = t[2];                                                             \
         const em_tensor *q = t[3], *kk = t[4], *v = t[5], *g = t[7];                                              \
-        int64_t Sq = q->shape[2], D = q->shape[3], Sk = kk->shape[2], Dp = pad16(D);                            \
-        pair_geom pg = geom_of(t[6], b, Sq, Sk, pad_queries);                                                     \
+        int64_t D = q->shape[3], Dp = pad16(D);                                                               \
+        pair_geom pg = geom_of(ps, b);                                                                        \
         int64_t Skbp = pg.skbp, len = pg.len;                                                                     \
         em_dtype cdt = sizeof(T) == 8 ? EM_F64 : EM_F32;                                                          \
         load_kv_##SFX(kk, v, &pg, w, b, h, true);                                                                 \
@@ -296,7 +297,7 @@ static bool scratch_new(scratch *w, size_t cs, int64_t sk, int64_t d)
         for (int64_t i0 = 0; i0 < pg.sqb; i0 += QB) {                                                             \
             int64_t R = pg.sqb - i0 < QB ? pg.sqb - i0 : QB;                                                      \
             weights_##SFX(q, &pg, sc, dr, w, b, h, i0, R, NULL);                                                  \
-            for (int64_t r = 0; r < R; r++) load_vec(G + r * Dp, cdt, g, off4(g, b, h, i0 + r), g->stride[3], D, Dp);   \
+            for (int64_t r = 0; r < R; r++) load_vec(G + r * Dp, cdt, g, pair_row(g, &pg, h, i0 + r), g->stride[3], D, Dp); \
             /* dV += Pd^T dO (Pd in Tr when dropout is on) */                                                     \
             const T *Pd = P;                                                                                      \
             if (dr->p > 0) apply_drop_##SFX(Tr, P, dr, w->keep, R, Skbp), Pd = Tr;                                \
@@ -312,23 +313,38 @@ static bool scratch_new(scratch *w, size_t cs, int64_t sk, int64_t d)
             }                                                                                                     \
             /* dQb = dS K; dK += dS^T Qb */                                                                       \
             gemm_##SFX(w->fma, R, Dp, Skbp, dP, Skbp, 1, (const T *)w->k, Dp, dQb, Dp, false);                            \
-            store_rows_at(dq, b, h, i0, dQb, cdt, R, D, Dp);                                                \
+            store_rows_at(dq, pg.tb, h, pg.row0 + i0, dQb, cdt, R, D, Dp);                                    \
             gemm_##SFX(w->fma, Skbp, Dp, R, dP, 1, Skbp, Qb, Dp, dK, Dp, true);                                           \
         }                                                                                                         \
-        zero_rows_at(dq, b, h, pg.sqb, Sq - pg.sqb, D);                                       \
-        store_rows_at(dk, b, h, 0, dK, cdt, pg.skb, D, Dp);                                                      \
-        store_rows_at(dv, b, h, 0, dV, cdt, pg.skb, D, Dp);                                                      \
-        zero_rows_at(dk, b, h, pg.skb, Sk - pg.skb, D);                                                           \
-        zero_rows_at(dv, b, h, pg.skb, Sk - pg.skb, D);                                                           \
+        zero_rows_at(dq, pg.tb, h, pg.row0 + pg.sqb, pg.sq_rows - pg.sqb, D);                                 \
+        store_rows_at(dk, pg.tb, h, pg.row0, dK, cdt, pg.skb, D, Dp);                                         \
+        store_rows_at(dv, pg.tb, h, pg.row0, dV, cdt, pg.skb, D, Dp);                                         \
+        zero_rows_at(dk, pg.tb, h, pg.row0 + pg.skb, pg.sk_rows - pg.skb, D);                                 \
+        zero_rows_at(dv, pg.tb, h, pg.row0 + pg.skb, pg.sk_rows - pg.skb, D);                                 \
     }
 
 SDPA_TYPED(float, f32, em__expf, logf)
 SDPA_TYPED(double, f64, exp, log)
 
+/* The thread's next pair (a static schedule: its own): its rows of q, k, v (and dout) into L2 */
+static void prefetch_next(const pair_src *ps, int64_t H, int64_t bh, const em_tensor *q, const em_tensor *k,
+                          const em_tensor *v, const em_tensor *dout)
+{
+    pair_geom n = geom_of(ps, bh / H);
+    int64_t h = bh % H;
+    prefetch_pair(q, n.tb, h, n.row0, n.sq_rows);
+    prefetch_pair(k, n.tb, h, n.row0, n.sk_rows);
+    prefetch_pair(v, n.tb, h, n.row0, n.sk_rows);
+    if (dout) prefetch_pair(dout, n.tb, h, n.row0, n.sq_rows);
+}
+
+/* SDPA: in[0..4] = q, k, v, lens, starts (packed rows, tensor/ops.h); i[3] = S when packed */
 int em_cpu_SDPA(const em_kargs *k)
 {
-    const em_tensor *q = k->in[0], *kk = k->in[1];
-    int64_t B = q->shape[0], H = q->shape[1], Sq = q->shape[2], D = q->shape[3], Sk = kk->shape[2];
+    const em_tensor *q = k->in[0], *kk = k->in[1], *starts = k->in[4];
+    pair_src ps = {.lens = k->in[3], .starts = starts, .sq = starts ? k->i[3] : q->shape[2],
+                   .sk = starts ? k->i[3] : kk->shape[2], .pad_queries = k->i[2] != 0};
+    int64_t B = starts ? starts->shape[0] : q->shape[0], H = q->shape[1], Sq = ps.sq, D = q->shape[3], Sk = ps.sk;
     if (B * H * Sq == 0 || D == 0) return EM_OK;   /* nothing to write (Sk = 0 is refused by the op) */
     drop dr = drop_of(k->f[1], (uint64_t)k->i[0], (uint64_t)k->i[1]);
     bool dbl = q->dtype == EM_F64, amx = em__sdpa_amx_ok(q);   /* bf16 on AMX: k_sdpa_amx.c */
@@ -343,11 +359,10 @@ int em_cpu_SDPA(const em_kargs *k)
 #pragma omp for schedule(static)
         for (int64_t bh = 0; bh < B * H; bh++) {
             if (failed) continue;
-            if (bh + 1 < B * H)   /* the thread's next pair (static schedule: its own): q, k, v */
-                for (int i = 0; i < 3; i++) prefetch_pair(k->in[i], (bh + 1) / H, (bh + 1) % H, k->in[i]->shape[2]);
-            if (amx) em__sdpa_amx_forward(k, &dr, ws, bh / H, bh % H);
-            else if (dbl) forward_pair_f64(k, &dr, &w, bh / H, bh % H);
-            else forward_pair_f32(k, &dr, &w, bh / H, bh % H);
+            if (bh + 1 < B * H) prefetch_next(&ps, H, bh + 1, q, kk, k->in[2], NULL);
+            if (amx) em__sdpa_amx_forward(k, &ps, &dr, ws, bh / H, bh % H);
+            else if (dbl) forward_pair_f64(k, &ps, &dr, &w, bh / H, bh % H);
+            else forward_pair_f32(k, &ps, &dr, &w, bh / H, bh % H);
         }
         if (amx) em__sdpa_amx_end();
         em__free(w.block);
@@ -356,17 +371,18 @@ int em_cpu_SDPA(const em_kargs *k)
     return failed ? EM_ERR_OOM : EM_OK;
 }
 
-/* SDPA_BWD: in[0..6] = q, k, v, lens, out, lse, dout; out[0..2] = dq, dk, dv.
- * out and lse go unused: P is recomputed as the forward did, and D = rowsum(P
- * dP), not out . dout. */
+/* SDPA_BWD: in[0..7] = q, k, v, lens, out, lse, dout, starts; i[3] = S when packed;
+ * out[0..2] = dq, dk, dv. out and lse go unused: P is recomputed as the forward
+ * did, and D = rowsum(P dP), not out . dout. */
 int em_cpu_SDPA_BWD(const em_kargs *ka)
 {
     em_tensor *q = ka->in[0], *k = ka->in[1], *v = ka->in[2], *lens = ka->in[3], *dout = ka->in[6];
-    em_tensor *dq = ka->out[0], *dk = ka->out[1], *dv = ka->out[2];
+    em_tensor *starts = ka->in[7], *dq = ka->out[0], *dk = ka->out[1], *dv = ka->out[2];
     double scale = ka->f[0], dropout_p = ka->f[1];
     uint64_t seed = (uint64_t)ka->i[0], offset = (uint64_t)ka->i[1];
-    bool pad_queries = ka->i[2] != 0;
-    int64_t B = q->shape[0], H = q->shape[1], Sq = q->shape[2], D = q->shape[3], Sk = k->shape[2];
+    pair_src ps = {.lens = lens, .starts = starts, .sq = starts ? ka->i[3] : q->shape[2],
+                   .sk = starts ? ka->i[3] : k->shape[2], .pad_queries = ka->i[2] != 0 && lens};
+    int64_t B = starts ? starts->shape[0] : q->shape[0], H = q->shape[1], Sq = ps.sq, D = q->shape[3], Sk = ps.sk;
     if ((dq->stride[3] != 1 || dk->stride[3] != 1 || dv->stride[3] != 1) && D > 1)   /* see k_sdpa.h's rows */
         return EM_ERR_UNSUPPORTED;
     if (B * H == 0 || D == 0 || Sk == 0) return EM_ERR_UNSUPPORTED;
@@ -374,7 +390,6 @@ int em_cpu_SDPA_BWD(const em_kargs *ka)
     bool dbl = q->dtype == EM_F64, amx = em__sdpa_amx_ok(q);   /* bf16 on AMX: k_sdpa_amx.c */
     size_t cs = dbl ? sizeof(double) : sizeof(float);
     em_tensor *t[8] = {dq, dk, dv, q, k, v, lens, dout};
-    pad_queries = pad_queries && lens;
     int failed = 0;
 #pragma omp parallel num_threads(threads_for(B * H * (Sq + 1) * Sk * D, B * H)) reduction(| : failed)
     {
@@ -385,13 +400,10 @@ int em_cpu_SDPA_BWD(const em_kargs *ka)
 #pragma omp for schedule(static)
         for (int64_t bh = 0; bh < B * H; bh++) {
             if (failed) continue;
-            if (bh + 1 < B * H) {   /* the thread's next pair: q, k, v, dout */
-                const int ti[4] = {3, 4, 5, 7};
-                for (int i = 0; i < 4; i++) prefetch_pair(t[ti[i]], (bh + 1) / H, (bh + 1) % H, t[ti[i]]->shape[2]);
-            }
-            if (amx) em__sdpa_amx_backward(t, scale, pad_queries, &dr, ws, bh / H, bh % H);
-            else if (dbl) backward_pair_f64(t, scale, pad_queries, &dr, &w, bh / H, bh % H);
-            else backward_pair_f32(t, scale, pad_queries, &dr, &w, bh / H, bh % H);
+            if (bh + 1 < B * H) prefetch_next(&ps, H, bh + 1, q, k, v, dout);
+            if (amx) em__sdpa_amx_backward(t, &ps, scale, &dr, ws, bh / H, bh % H);
+            else if (dbl) backward_pair_f64(t, &ps, scale, &dr, &w, bh / H, bh % H);
+            else backward_pair_f32(t, &ps, scale, &dr, &w, bh / H, bh % H);
         }
         if (amx) em__sdpa_amx_end();
         em__free(w.block);

@@ -46,18 +46,18 @@ static inline int64_t off4(const em_tensor *t, int64_t b, int64_t h, int64_t s)
     return t->offset + b * t->stride[0] + h * t->stride[1] + s * t->stride[2];
 }
 
-/* Asks for the first `rows` rows of pair (b, h) of t to be brought into L2
+/* Asks for rows s0 .. s0 + rows of pair (b, h) of t to be brought into L2
  * (prefetcht1) while the thread still computes the pair before it; nothing
  * when t's last dim is strided. In a training step q, k, v and dout come cold
  * from memory (a linear wrote them long before), and a pair's rows lie one
  * [S,H,D] row apart: the hardware prefetchers do not follow them in time.
  * Hints only: results are unchanged. */
-static inline void prefetch_pair(const em_tensor *t, int64_t b, int64_t h, int64_t rows)
+static inline void prefetch_pair(const em_tensor *t, int64_t b, int64_t h, int64_t s0, int64_t rows)
 {
     if (!t || (t->shape[3] > 1 && t->stride[3] != 1)) return;   /* rows not contiguous: not worth it */
     size_t es = em_dtype_size(t->dtype), span = (size_t)t->shape[3] * es;
     const char *base = (const char *)t->storage->data;
-    for (int64_t s = 0; s < rows; s++) {
+    for (int64_t s = s0; s < s0 + rows; s++) {
         const char *row = base + (size_t)off4(t, b, h, s) * es;
         for (size_t o = 0; o < span; o += 64) __builtin_prefetch(row + o, 0, 2);
         __builtin_prefetch(row + span - 1, 0, 2);
@@ -150,20 +150,48 @@ static inline void keep_block(const drop *dr, int64_t r0, int64_t R, int64_t sk,
     }
 }
 
+/* Where the pairs of one call find their rows. Padded (starts NULL): q, k, v and
+ * the outputs are [B,H,Sq,D] / [B,H,Sk,D] and pair (b, h) holds rows 0.. of batch b.
+ * Packed (the op's in[4]): they are [1,H,N,D], sequence b holds rows starts[b] ..
+ * starts[b] + lens[b] - 1 of dim 2, and sq = sk = the padded length S (i[3]) that
+ * the dropout mask's [B,H,S,S] numbering and the statistics' rows still follow. */
+typedef struct pair_src {
+    const em_tensor *lens, *starts;
+    int64_t sq, sk;
+    bool pad_queries;
+} pair_src;
+
 /* What one (b, h) pair computes: keys j < skb (the key length, or every key when it
  * is 0: HF's uniform weights over masked keys), queries i < sqb (the key length too
- * when the op's i[2] says queries past it are padding). */
+ * when the op's i[2] says queries past it are padding). Its rows in the tensors:
+ * row row0 + s of batch index tb (b and 0 padded; 0 and starts[b] packed), sq_rows
+ * query and sk_rows key rows in all (sq and sk padded; the length twice packed). */
 typedef struct pair_geom {
     int64_t sk, skb, skbp, sq, sqb, len;
+    int64_t tb, row0, sq_rows, sk_rows;
 } pair_geom;
 
-static inline pair_geom geom_of(const em_tensor *lens, int64_t b, int64_t sq, int64_t sk, bool pad_queries)
+static inline pair_geom geom_of(const pair_src *ps, int64_t b)
 {
-    pair_geom g = {.sk = sk, .sq = sq, .len = key_len(lens, b, sk)};
+    int64_t sq = ps->sq, sk = ps->sk;
+    pair_geom g = {.sk = sk, .sq = sq, .len = key_len(ps->lens, b, sk), .tb = b, .sq_rows = sq, .sk_rows = sk};
     g.skb = g.len > 0 ? g.len : sk;
     g.skbp = pad16(g.skb);
-    g.sqb = pad_queries && g.len > 0 && g.len < sq ? g.len : sq;
+    g.sqb = ps->pad_queries && g.len > 0 && g.len < sq ? g.len : sq;
+    if (ps->starts) {   /* the op checked lens[b] >= 1 and the rows' range */
+        const char *sp = (const char *)ps->starts->storage->data;
+        g.row0 = (int64_t)em__load(sp + (size_t)(ps->starts->offset + b * ps->starts->stride[0]) *
+                                            em_dtype_size(ps->starts->dtype), ps->starts->dtype);
+        g.tb = 0;
+        g.sq_rows = g.sk_rows = g.len;
+    }
     return g;
+}
+
+/* Row s of pair (tb, h) in t, as geom_of placed it */
+static inline int64_t pair_row(const em_tensor *t, const pair_geom *pg, int64_t h, int64_t s)
+{
+    return off4(t, pg->tb, h, pg->row0 + s);
 }
 
 /* Softmax of R rows of scores S (rows of pg->skbp, type T) in place: keys j < len
@@ -198,8 +226,8 @@ bool em__sdpa_amx_set(bool on);
 size_t em__sdpa_amx_scratch(int64_t sk, int64_t d);
 void em__sdpa_amx_begin(void);
 void em__sdpa_amx_end(void);
-void em__sdpa_amx_forward(const em_kargs *k, const drop *dr, char *ws, int64_t b, int64_t h);
-void em__sdpa_amx_backward(em_tensor *const *t, double sc, bool pad_queries, const drop *dr, char *ws, int64_t b,
+void em__sdpa_amx_forward(const em_kargs *k, const pair_src *ps, const drop *dr, char *ws, int64_t b, int64_t h);
+void em__sdpa_amx_backward(em_tensor *const *t, const pair_src *ps, double sc, const drop *dr, char *ws, int64_t b,
                            int64_t h);
 
 #endif

@@ -214,7 +214,7 @@ static inline float row_sum(const float *s, int64_t n)
 static void weights(const amx_ws *w, const em_tensor *q, const pair_geom *pg, int64_t Kp, double scale_d,
                     const drop *dr, int64_t b, int64_t h, int64_t i0, int64_t R, int64_t Rp, int64_t Dp, float *lse)
 {
-    int64_t H = q->shape[1], Sq = q->shape[2];
+    int64_t H = q->shape[1], Sq = pg->sq;
     mm(Rp, Kp, Dp, w->q, Dp, w->kt, Kp, w->s, Kp, false);
     if (dr->p > 0) keep_block(dr, (b * H + h) * Sq + i0, R, pg->sk, pg->skb, w->bits, w->keep);
     pair_geom wide = *pg;
@@ -239,52 +239,52 @@ static void apply_drop(float *dst, const float *src, const drop *dr, const uint8
 }
 
 /* K and V rows (keys j < skb), zero rows to Kp */
-static void load_kv(const amx_ws *w, const em_tensor *k, const em_tensor *v, const pair_geom *pg, int64_t b,
-                    int64_t h, int64_t Kp, int64_t D, int64_t Dp)
+static void load_kv(const amx_ws *w, const em_tensor *k, const em_tensor *v, const pair_geom *pg, int64_t h,
+                    int64_t Kp, int64_t D, int64_t Dp)
 {
-    load_rows(w->k, k, b, h, 0, pg->skb, Kp, D, Dp);
-    load_rows(w->v, v, b, h, 0, pg->skb, Kp, D, Dp);
+    load_rows(w->k, k, pg->tb, h, pg->row0, pg->skb, Kp, D, Dp);
+    load_rows(w->v, v, pg->tb, h, pg->row0, pg->skb, Kp, D, Dp);
 }
 
-void em__sdpa_amx_forward(const em_kargs *k, const drop *dr, char *ws, int64_t b, int64_t h)
+void em__sdpa_amx_forward(const em_kargs *k, const pair_src *ps, const drop *dr, char *ws, int64_t b, int64_t h)
 {
     const em_tensor *q = k->in[0], *kk = k->in[1], *v = k->in[2];
     em_tensor *out = k->out[0], *lse = k->out[1];
-    int64_t H = q->shape[1], Sq = q->shape[2], D = q->shape[3], Dp = pad32(D);
-    pair_geom pg = geom_of(k->in[3], b, Sq, kk->shape[2], k->i[2] != 0);
+    int64_t H = q->shape[1], D = q->shape[3], Dp = pad32(D);
+    pair_geom pg = geom_of(ps, b);
     int64_t Kp = pad32(pg.skb);
     amx_ws w;
-    layout(&w, ws, kk->shape[2], D);
-    load_kv(&w, kk, v, &pg, b, h, Kp, D, Dp);
+    layout(&w, ws, ps->sk, D);
+    load_kv(&w, kk, v, &pg, h, Kp, D, Dp);
     transpose_words(w.kt, w.k, Kp, Dp);   /* S = Q K^T */
     interleave_rows(w.vi, w.v, Dp, Kp, Dp);   /* O = P V */
     float *lp = (float *)lse->storage->data + lse->offset;
-    int64_t base = (b * H + h) * Sq;
+    int64_t base = (pg.tb * H + h) * q->shape[2] + pg.row0;   /* lse: [B,H,Sq,1] or [1,H,N,1] */
     for (int64_t i0 = 0; i0 < pg.sqb; i0 += QB) {
         int64_t R = pg.sqb - i0 < QB ? pg.sqb - i0 : QB, Rp = pad32(R), row0 = base + i0;
-        load_rows(w.q, q, b, h, i0, R, Rp, D, Dp);
+        load_rows(w.q, q, pg.tb, h, pg.row0 + i0, R, Rp, D, Dp);
         weights(&w, q, &pg, Kp, k->f[0], dr, b, h, i0, R, Rp, Dp, lp + row0);
         if (dr->p > 0) apply_drop(w.s, w.s, dr, w.keep, R, Kp, pg.skbp);
         round_rows(w.p16, Kp, w.s, Kp, R, Rp, Kp);
         mm(Rp, Dp, Kp, w.p16, Kp, (const uint32_t *)w.vi, Dp, w.o, Dp, false);
-        store_rows_at(out, b, h, i0, w.o, EM_F32, R, D, Dp);
+        store_rows_at(out, pg.tb, h, pg.row0 + i0, w.o, EM_F32, R, D, Dp);
     }
-    zero_rows_at(out, b, h, pg.sqb, Sq - pg.sqb, D);
-    for (int64_t i = pg.sqb; i < Sq; i++) lp[base + i] = 0;
+    zero_rows_at(out, pg.tb, h, pg.row0 + pg.sqb, pg.sq_rows - pg.sqb, D);
+    for (int64_t i = pg.sqb; i < pg.sq_rows; i++) lp[base + i] = 0;
 }
 
 /* t: [dq, dk, dv, q, k, v, lens, dout] */
-void em__sdpa_amx_backward(em_tensor *const *t, double sc, bool pad_queries, const drop *dr, char *ws, int64_t b,
+void em__sdpa_amx_backward(em_tensor *const *t, const pair_src *ps, double sc, const drop *dr, char *ws, int64_t b,
                            int64_t h)
 {
     em_tensor *dq = t[0], *dk = t[1], *dv = t[2];
     const em_tensor *q = t[3], *kk = t[4], *v = t[5], *g = t[7];
-    int64_t Sq = q->shape[2], D = q->shape[3], Sk = kk->shape[2], Dp = pad32(D);
-    pair_geom pg = geom_of(t[6], b, Sq, Sk, pad_queries);
+    int64_t D = q->shape[3], Dp = pad32(D);
+    pair_geom pg = geom_of(ps, b);
     int64_t Kp = pad32(pg.skb), len = pg.len;
     amx_ws w;
-    layout(&w, ws, Sk, D);
-    load_kv(&w, kk, v, &pg, b, h, Kp, D, Dp);
+    layout(&w, ws, ps->sk, D);
+    load_kv(&w, kk, v, &pg, h, Kp, D, Dp);
     transpose_words(w.kt, w.k, Kp, Dp);       /* S = Q K^T */
     transpose_words(w.vt, w.v, Kp, Dp);       /* dP = dO V^T */
     interleave_rows(w.ki, w.k, Dp, Kp, Dp);   /* dQ = dS K */
@@ -293,8 +293,8 @@ void em__sdpa_amx_backward(em_tensor *const *t, double sc, bool pad_queries, con
     float scale = (float)sc;
     for (int64_t i0 = 0; i0 < pg.sqb; i0 += QB) {
         int64_t R = pg.sqb - i0 < QB ? pg.sqb - i0 : QB, Rp = pad32(R);
-        load_rows(w.q, q, b, h, i0, R, Rp, D, Dp);
-        load_rows(w.g, g, b, h, i0, R, Rp, D, Dp);   /* dO rows */
+        load_rows(w.q, q, pg.tb, h, pg.row0 + i0, R, Rp, D, Dp);
+        load_rows(w.g, g, pg.tb, h, pg.row0 + i0, R, Rp, D, Dp);   /* dO rows */
         weights(&w, q, &pg, Kp, sc, dr, b, h, i0, R, Rp, Dp, NULL);
         /* dV^T += dO^T bf16(Pd) */
         if (dr->p > 0) apply_drop(w.dp, w.s, dr, w.keep, R, Kp, pg.skbp);
@@ -315,19 +315,19 @@ void em__sdpa_amx_backward(em_tensor *const *t, double sc, bool pad_queries, con
         round_rows(w.p16, Kp, w.dp, Kp, R, Rp, Kp);   /* bf16(dS) */
         /* dQ = bf16(dS) K */
         mm(Rp, Dp, Kp, w.p16, Kp, (const uint32_t *)w.ki, Dp, w.o, Dp, false);
-        store_rows_at(dq, b, h, i0, w.o, EM_F32, R, D, Dp);
+        store_rows_at(dq, pg.tb, h, pg.row0 + i0, w.o, EM_F32, R, D, Dp);
         /* dK^T += Q^T bf16(dS) */
         interleave_rows(w.pi, w.p16, Kp, Rp, Kp);
         transpose_bf16(w.qt, Rp, w.q, Dp, Rp, Dp);
         mm(Dp, Kp, Rp, w.qt, Rp, (const uint32_t *)w.pi, Kp, w.dkt, Kp, true);
     }
-    zero_rows_at(dq, b, h, pg.sqb, Sq - pg.sqb, D);
+    zero_rows_at(dq, pg.tb, h, pg.row0 + pg.sqb, pg.sq_rows - pg.sqb, D);
     transpose_f32(w.dkv, Dp, w.dkt, Kp, Dp, Kp);
-    store_rows_at(dk, b, h, 0, w.dkv, EM_F32, pg.skb, D, Dp);
+    store_rows_at(dk, pg.tb, h, pg.row0, w.dkv, EM_F32, pg.skb, D, Dp);
     transpose_f32(w.dkv, Dp, w.dvt, Kp, Dp, Kp);
-    store_rows_at(dv, b, h, 0, w.dkv, EM_F32, pg.skb, D, Dp);
-    zero_rows_at(dk, b, h, pg.skb, Sk - pg.skb, D);
-    zero_rows_at(dv, b, h, pg.skb, Sk - pg.skb, D);
+    store_rows_at(dv, pg.tb, h, pg.row0, w.dkv, EM_F32, pg.skb, D, Dp);
+    zero_rows_at(dk, pg.tb, h, pg.row0 + pg.skb, pg.sk_rows - pg.skb, D);
+    zero_rows_at(dv, pg.tb, h, pg.row0 + pg.skb, pg.sk_rows - pg.skb, D);
 }
 
 #else
@@ -344,14 +344,14 @@ size_t em__sdpa_amx_scratch(int64_t sk, int64_t d)
     (void)sk, (void)d;
     return 0;
 }
-void em__sdpa_amx_forward(const em_kargs *k, const drop *dr, char *ws, int64_t b, int64_t h)
+void em__sdpa_amx_forward(const em_kargs *k, const pair_src *ps, const drop *dr, char *ws, int64_t b, int64_t h)
 {
-    (void)k, (void)dr, (void)ws, (void)b, (void)h;
+    (void)k, (void)ps, (void)dr, (void)ws, (void)b, (void)h;
 }
-void em__sdpa_amx_backward(em_tensor *const *t, double sc, bool pad_queries, const drop *dr, char *ws, int64_t b,
+void em__sdpa_amx_backward(em_tensor *const *t, const pair_src *ps, double sc, const drop *dr, char *ws, int64_t b,
                            int64_t h)
 {
-    (void)t, (void)sc, (void)pad_queries, (void)dr, (void)ws, (void)b, (void)h;
+    (void)t, (void)ps, (void)sc, (void)dr, (void)ws, (void)b, (void)h;
 }
 
 #endif

@@ -380,7 +380,8 @@ bool key_of(Key *key, bool bwd, const em_tensor *q, const em_tensor *k, const em
 extern "C" int em_cuda_SDPA(const em_kargs *k)
 {
     Key key;
-    if (k->f[1] != 0.0 || k->i[2]) return EM_ERR_UNSUPPORTED;   /* dropout (Philox masks) or padding queries: composed */
+    if (k->f[1] != 0.0 || k->i[2] || k->in[4])   /* dropout (Philox masks), padding queries, packed rows: composed */
+        return EM_ERR_UNSUPPORTED;
     if (!key_of(&key, false, k->in[0], k->in[1], k->in[2], k->out[0], nullptr, k->in[3])) return EM_ERR_UNSUPPORTED;
     const int64_t uids[] = {U_Q, U_K, U_V, U_O, U_STATS};
     void *const ptrs[] = {ptr(k->in[0]), ptr(k->in[1]), ptr(k->in[2]), ptr(k->out[0]), ptr(k->out[1])};
@@ -395,7 +396,7 @@ extern "C" int em_cuda_SDPA_BWD(const em_kargs *ka)
     const double scale = ka->f[0], dropout_p = ka->f[1];
     const bool pad_queries = ka->i[2] != 0;
     Key key;
-    if (dropout_p != 0.0 || pad_queries) return EM_ERR_UNSUPPORTED;   /* the forward never takes them either */
+    if (dropout_p != 0.0 || pad_queries || ka->in[7]) return EM_ERR_UNSUPPORTED;   /* the forward never takes them */
     if (!key_of(&key, true, q, k, v, out, dout, lens) || !em_is_contiguous(dq) || !em_is_contiguous(dk) ||
         !em_is_contiguous(dv) || !em_is_contiguous(lse))
         return EM_ERR_UNSUPPORTED;
