@@ -321,6 +321,48 @@ em_status em_optimizer_step(em_optimizer *o)
 
 void em_optimizer_zero_grad(em_optimizer *o) { em_optimizer_zero_grad_ex(o, true); }
 
+/* Storage, then offset: gradients that are adjacent views of one buffer sort next to each other */
+static int by_place(const void *a, const void *b)
+{
+    const em_tensor *x = *(em_tensor *const *)a, *y = *(em_tensor *const *)b;
+    if (x->storage != y->storage) return (uintptr_t)x->storage < (uintptr_t)y->storage ? -1 : 1;
+    return x->offset < y->offset ? -1 : x->offset > y->offset;
+}
+
+/* Zeroes the gradients: each run of them that lie end to end in one storage (a
+ * flattened module's gradient buffer, whatever the groups' order) in one fill,
+ * which streams past the caches when it is large (em_fill_), instead of one fill
+ * a parameter. Only those gradients' elements are written. */
+static void zero_grads(em_optimizer *o)
+{
+    int n = 0, k = 0;
+    for (int g = 0; g < o->n_groups; g++) n += o->groups[g].n;
+    em_tensor **gs = em__malloc(sizeof *gs * (size_t)(n ? n : 1));
+    for (int g = 0; g < o->n_groups; g++)
+        for (int i = 0; i < o->groups[g].n; i++) {
+            em_tensor *gd = em_grad(o->groups[g].params[i]);
+            if (!gd) continue;
+            if (gs && em_is_contiguous(gd)) gs[k++] = gd;
+            else em_fill_(gd, 0.0);
+        }
+    if (!gs) return;
+    qsort(gs, (size_t)k, sizeof *gs, by_place);
+    for (int i = 0; i < k;) {
+        int j = i + 1;
+        int64_t total = em_numel(gs[i]);
+        while (j < k && follows(gs[j - 1], gs[j])) total += em_numel(gs[j++]);
+        if (j == i + 1) em_fill_(gs[i], 0.0);
+        else EM_SCOPE {
+                em_tensor *run = em__view_of(gs[i], 1, &total, (const int64_t[]){1}, gs[i]->offset);
+                if (run) em_fill_(run, 0.0);
+                else   /* out of memory for a view header: one at a time */
+                    for (int r = i; r < j; r++) em_fill_(gs[r], 0.0);
+            }
+        i = j;
+    }
+    em__free(gs);
+}
+
 void em_optimizer_zero_grad_ex(em_optimizer *o, bool set_to_none)
 {
     if (!o) {
@@ -328,13 +370,11 @@ void em_optimizer_zero_grad_ex(em_optimizer *o, bool set_to_none)
         return;
     }
     EM_NO_GRAD {
-        for (int g = 0; g < o->n_groups; g++)
-            for (int i = 0; i < o->groups[g].n; i++) {
-                em_tensor *p = o->groups[g].params[i], *gd = em_grad(p);
-                if (!gd) continue;
-                if (set_to_none) em_set_grad(p, NULL);
-                else em_fill_(gd, 0.0);
-            }
+        if (set_to_none)
+            for (int g = 0; g < o->n_groups; g++)
+                for (int i = 0; i < o->groups[g].n; i++)
+                    if (em_grad(o->groups[g].params[i])) em_set_grad(o->groups[g].params[i], NULL);
+        if (!set_to_none) zero_grads(o);
     }
 }
 

@@ -550,6 +550,44 @@ START_TEST(no_decay_rule_equals_trainer_on_distilbert)
 END_TEST
 
 /* ---- semantics --------------------------------------------------------------------------------- */
+/* zero_grad(set_to_none = false) fills each run of gradients that lie end to end
+ * in one buffer once, whatever the groups' order, and writes nothing else: a
+ * gradient between two of the optimizer's that the optimizer does not hold keeps
+ * its values. */
+START_TEST(zero_grad_fills_adjacent_runs_once)
+{
+    em_scope_begin();
+    em_tensor *flat = em_full(EM_SHAPE(10), 7.0, EM_F32, EM_CPU);
+    const int64_t at[3] = {0, 3, 5}, len[3] = {3, 2, 5};
+    em_tensor *p[3];
+    for (int i = 0; i < 3; i++) {
+        p[i] = em_requires_grad_(em_ones(1, &len[i], EM_F32, EM_CPU), true);
+        em_set_grad(p[i], em_narrow(flat, 0, at[i], len[i]));
+    }
+    em_profile_reset();
+    em_profile_enable(true);
+    /* a and c only: two runs, b untouched */
+    em_optimizer *o1 = em_adamw_new((em_tensor *[]){p[2], p[0]}, 2, NULL);
+    em_optimizer_zero_grad_ex(o1, false);
+    ck_assert_int_eq(tu_profiled_calls("fill"), 2);
+    for (int64_t e = 0; e < 10; e++)
+        ck_assert_double_eq(em_get(flat, &e), e >= 3 && e < 5 ? 7.0 : 0.0);
+    /* all three, over two groups in another order: one fill of the buffer */
+    em_fill_(flat, 7.0);
+    em_profile_reset();
+    em_optimizer *o2 = em_adamw_new((em_tensor *[]){p[2], p[1]}, 2, NULL);
+    ck_assert_int_eq(em_optimizer_add_param_group(o2, &(em_param_group){.params = &p[0], .n_params = 1}), EM_OK);
+    em_optimizer_zero_grad_ex(o2, false);
+    ck_assert_int_eq(tu_profiled_calls("fill"), 1);
+    for (int64_t e = 0; e < 10; e++) ck_assert_double_eq(em_get(flat, &e), 0.0);
+    em_profile_enable(false);
+    for (int i = 0; i < 3; i++) ck_assert_ptr_eq(em_grad(p[i])->storage, flat->storage);
+    em_optimizer_free(o1);
+    em_optimizer_free(o2);
+    em_scope_end();
+}
+END_TEST
+
 START_TEST(defaults_skip_and_zero_grad)
 {
     em_scope_begin();
@@ -897,6 +935,7 @@ static Suite *make_suite(void)
                  sgd_f64_matches_textbook, fused_pass_equals_separate, schedulers_match_transformers_exactly,
                  clip_grad_norm_matches_torch, clip_error_if_nonfinite,
                  no_decay_rule_equals_trainer_on_distilbert, defaults_skip_and_zero_grad,
+                 zero_grad_fills_adjacent_runs_once,
                  no_leak_and_oom_at_every_allocation, state_round_trip_adamw, state_round_trip_sgd,
                  state_load_rejects_mismatches);
     tu_add_misuse_tests(tc, misuse_negative_lr, misuse_bad_beta, misuse_nesterov_without_momentum,
