@@ -203,7 +203,7 @@ const em_bert_config *em_bert_model_config(const em_bert_model *m) { return &m->
 
 /* ---- forward ------------------------------------------------------------------------------------ */
 
-/* x: [B,S,D], or the packed [n,D] rows of plan (then only attention sees [B,S,D]); an em__layer_fn */
+/* x: [B,S,D], or the packed [n,D] rows of plan (attention runs on them too); an em__layer_fn */
 static em_tensor *layer_forward(void *layer, em_tensor *x, em_tensor *m4, const em__packing *plan)
 {
     bert_layer *l = layer;

@@ -44,7 +44,7 @@ em_tensor *em__mha_core(em_tensor *q, em_tensor *k, em_tensor *v, em_tensor *mas
 /* The multi-head attention context of x (before the output projection) from
  * the projections q_lin, k_lin, v_lin, as DistilBERT's and BERT's attention
  * compute it: dropout (when training) on the weights; with a plan
- * (nn/unpad.c), x is the packed [n,D] rows and only attention sees [B,S,D]
+ * (nn/unpad.c), x is the packed [n,D] rows, and attention runs on them too
  * (mask4 unused). In the caller's scope. */
 struct em__packing;
 em_tensor *em__attention_context(em_nn_linear *q_lin, em_nn_linear *k_lin, em_nn_linear *v_lin, int64_t n_heads,
@@ -53,7 +53,7 @@ em_tensor *em__attention_context(em_nn_linear *q_lin, em_nn_linear *k_lin, em_nn
 /* DistilBERT's attention (an em_nn_mhsa) and block (an
  * em_nn_transformer_block) with a ready [B,1,1,S] mask (or NULL): em__layer_fn
  * (below); x is checked by the caller. With a plan (nn/unpad.c), x is the
- * packed [n,D] rows instead, and only attention sees [B,S,D] (mask4 unused). */
+ * packed [n,D] rows instead, attention included (em__sdpa_packed; mask4 unused). */
 em_tensor *em__mhsa_forward4(void *mhsa, em_tensor *x, em_tensor *mask4, const struct em__packing *plan);
 em_tensor *em__block_forward4(void *block, em_tensor *x, em_tensor *mask4, const struct em__packing *plan);
 /* ---- unpadding (nn/unpad.c) ------------------------------------------------------- */
