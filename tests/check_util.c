@@ -57,6 +57,13 @@ double *tu_to_doubles(em_tensor *t)
     return out;
 }
 
+bool tu_bytes_equal(em_tensor *a, em_tensor *b)
+{
+    if (!a || !b || a->dtype != b->dtype || em_numel(a) != em_numel(b)) return false;
+    em_tensor *ca = em_contiguous(a), *cb = em_contiguous(b);
+    return ca && cb && !memcmp(em_data_ptr(ca), em_data_ptr(cb), (size_t)em_numel(a) * em_dtype_size(a->dtype));
+}
+
 double tu_close_ratio(const double *got, const double *ref, int64_t n, double rtol, double atol)
 {
     double worst = 0;

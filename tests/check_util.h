@@ -28,6 +28,9 @@ double tu_close_ratio(const double *got, const double *ref, int64_t n, double rt
 /* tu_assert_close of the first n elements of t (tu_to_doubles) against ref. */
 void tu_assert_values_close(em_tensor *t, const double *ref, int64_t n, double rtol, double atol);
 
+/* Whether a and b (any layouts) hold the same dtype, element count and bytes, element by element. */
+bool tu_bytes_equal(em_tensor *a, em_tensor *b);
+
 /* Asserts got (not NULL) has want's shape and every element within
  * atol + rtol*|want| (NaNs must match), naming what and the first element
  * that is not. Any dtypes and layouts. */

@@ -623,7 +623,15 @@ static int c_bernoulli(ctx *c, em_tensor **o)
 /* fused attention: cuDNN on CUDA for f16/bf16 (em__sdpa composes what it declines), loops on the CPU */
 static int c_sdpa(ctx *c, em_tensor **o)
 {
-    if (c->variant > 1) return 0;
+    if (c->variant > 2) return 0;
+    if (c->variant == 2) {   /* packed rows (em__sdpa_packed): sequences of 9 and 5 rows, padded length 9 */
+        em_tensor *q = gen(c, EM_SHAPE(1, 3, 14, 16), -1, 1), *k = gen(c, EM_SHAPE(1, 3, 14, 16), -1, 1);
+        em_tensor *v = gen(c, EM_SHAPE(1, 3, 14, 16), -1, 1);
+        em_tensor *lens = em_to(em_from_data((const int32_t[]){9, 5}, EM_SHAPE(2), EM_I32), c->dev);
+        em_tensor *starts = em_to(em_from_data((const int64_t[]){0, 9}, EM_SHAPE(2), EM_I64), c->dev);
+        o[0] = em__sdpa_packed(q, k, v, lens, starts, 9, 0.0, 0, 0);
+        return 1;
+    }
     em_tensor *q = gen(c, EM_SHAPE(2, 3, 17, 16), -1, 1), *k = gen(c, EM_SHAPE(2, 3, 9, 16), -1, 1);
     em_tensor *v = gen(c, EM_SHAPE(2, 3, 9, 16), -1, 1);
     em_tensor *lens = c->variant ? em_to(em_from_data((const int32_t[]){9, 5}, EM_SHAPE(2), EM_I32), c->dev) : NULL;
@@ -661,7 +669,19 @@ static int c_unscale(ctx *c, em_tensor **o)
 /* SDPA_BWD through autograd's rule: q, k, v's gradients of <sdpa(q, k, v), dout> */
 static int c_sdpa_bwd(ctx *c, em_tensor **o)
 {
-    if (c->variant > 2) return 0;
+    if (c->variant > 3) return 0;
+    if (c->variant == 3) {   /* packed rows with dropout: CUDA composes the padded op around index gathers */
+        em_tensor *q = em_requires_grad_(gen(c, EM_SHAPE(1, 3, 14, 16), -1, 1), true);
+        em_tensor *k = em_requires_grad_(gen(c, EM_SHAPE(1, 3, 14, 16), -1, 1), true);
+        em_tensor *v = em_requires_grad_(gen(c, EM_SHAPE(1, 3, 14, 16), -1, 1), true);
+        em_tensor *dout = gen(c, EM_SHAPE(1, 3, 14, 16), -1, 1);
+        em_tensor *lens = em_to(em_from_data((const int32_t[]){9, 5}, EM_SHAPE(2), EM_I32), c->dev);
+        em_tensor *starts = em_to(em_from_data((const int64_t[]){0, 9}, EM_SHAPE(2), EM_I64), c->dev);
+        em_tensor *y = em__sdpa_packed(q, k, v, lens, starts, 9, 0.25, 77, 3);
+        em_backward(em_sum(em_mul(y, dout), 0, NULL, false));
+        o[0] = em_grad(q), o[1] = em_grad(k), o[2] = em_grad(v);
+        return 3;
+    }
     em_tensor *q = em_requires_grad_(gen(c, EM_SHAPE(2, 3, 17, 16), -1, 1), true);
     em_tensor *k = em_requires_grad_(gen(c, EM_SHAPE(2, 3, 9, 16), -1, 1), true);
     em_tensor *v = em_requires_grad_(gen(c, EM_SHAPE(2, 3, 9, 16), -1, 1), true);

@@ -636,13 +636,6 @@ static double max_rel_err(em_tensor *a, em_tensor *b)
     return num / (den > 0 ? den : 1);
 }
 
-static bool bytes_equal(em_tensor *a, em_tensor *b)
-{
-    if (a->dtype != b->dtype || em_numel(a) != em_numel(b)) return false;
-    em_tensor *ca = em_contiguous(a), *cb = em_contiguous(b);
-    return !memcmp(em_data_ptr(ca), em_data_ptr(cb), (size_t)em_numel(a) * em_dtype_size(a->dtype));
-}
-
 static em_tensor *composed_by_hand(em_tensor *q, em_tensor *k, em_tensor *v, em_tensor *mask, double p, uint64_t seed,
                                    uint64_t off)
 {
@@ -695,12 +688,12 @@ START_TEST(sdpa_fused_cpu_matches_composed_with_dropout)
                     }
             /* the public op routes a right-padding mask to the fused kernel; threads do not matter */
             em_tensor *pub = em_scaled_dot_product_attention(xq, xk, xv, mask, 0.25, 42, 1000);
-            ck_assert(bytes_equal(pub, fused));
+            ck_assert(tu_bytes_equal(pub, fused));
             int nt = em_num_threads();
             em_set_num_threads(1);
             em_tensor *one = em__sdpa(xq, xk, xv, lens, 0.25, 42, 1000, false);
             em_set_num_threads(nt);
-            ck_assert(bytes_equal(one, fused));
+            ck_assert(tu_bytes_equal(one, fused));
             /* pad_queries: the real query rows are the same bits; padding rows (batch 1, i >= 3) are 0 */
             em_tensor *pq = em__sdpa(xq, xk, xv, lens, 0.25, 42, 1000, true);
             for (int64_t h = 0; h < Hn; h++)
@@ -710,7 +703,7 @@ START_TEST(sdpa_fused_cpu_matches_composed_with_dropout)
                         ck_assert_msg(i < 3 ? got == want : got == 0.0, "pad_queries [1,%lld,%lld,%lld]: %g vs %g",
                                       (long long)h, (long long)i, (long long)d, got, want);
                     }
-            ck_assert(bytes_equal(em_select(pq, 0, 0), em_select(fused, 0, 0)));
+            ck_assert(tu_bytes_equal(em_select(pq, 0, 0), em_select(fused, 0, 0)));
             /* bf16: within bf16 rounding of the f32 result */
             if (dt == EM_F32) {
                 /* the f32-math kernel (k_sdpa.c) for bf16 inputs, the dot kernels off */
@@ -725,7 +718,7 @@ START_TEST(sdpa_fused_cpu_matches_composed_with_dropout)
                 /* f32 compute, one rounding; bf16 inputs take fused multiply-adds in the
                  * kernel's small GEMMs (f32 inputs do not), and on these inputs that one
                  * rounding to bf16 still lands on the f32 path's bits */
-                ck_assert(bytes_equal(h, em_to_dtype(hr, EM_BF16)));
+                ck_assert(tu_bytes_equal(h, em_to_dtype(hr, EM_BF16)));
                 /* the AMX kernels (k_sdpa_amx.c, where the target and kernel allow): P and
                  * dS rounded to bf16 before their products, as the composed bf16 path
                  * does, so within a few bf16 roundings (2^-8 each) of the f32 result */
@@ -772,7 +765,7 @@ START_TEST(sdpa_cpu_layouts_give_the_same_bits)
             em_tensor *o = em__sdpa(q, k, v, lens, 0.1, 9, 77, true);
             ck_assert_msg(em_is_contiguous(em_permute(o, (const int[]){0, 2, 1, 3})),
                           "%s: the output is not [B,S,H,D] in memory", em_dtype_name(dt));
-            ck_assert(bytes_equal(em_contiguous(o), em_contiguous(em__sdpa(q, k, v, lens, 0.1, 9, 77, true))));
+            ck_assert(tu_bytes_equal(em_contiguous(o), em_contiguous(em__sdpa(q, k, v, lens, 0.1, 9, 77, true))));
             em_tensor *g_strided = em_transpose(em_to_dtype(R(EM_SHAPE(Bn, Sq, Hn, Dn), -1, 1), dt), 1, 2);
             em_tensor *g_contig = em_contiguous(g_strided);
             em_tensor *lse = em_empty(4, ls, EM_F32, EM_CPU);
@@ -789,7 +782,7 @@ START_TEST(sdpa_cpu_layouts_give_the_same_bits)
             ck_assert_int_eq(em__sdpa_backward(c[0], c[1], c[2], q, k, v, lens, 0.125, o, lse, g_contig, 0.1, 9, 77,
                                                true), EM_OK);
             for (int i = 0; i < 3; i++) {
-                ck_assert_msg(bytes_equal(em_contiguous(a[i]), c[i]), "%s variant %d: gradient %d differs by layout",
+                ck_assert_msg(tu_bytes_equal(em_contiguous(a[i]), c[i]), "%s variant %d: gradient %d differs by layout",
                               em_dtype_name(dt), variant, i);
                 ck_assert_msg(em_item(em_sum(em_to_dtype(em_ne(c[i], c[i]), EM_F32), 0, NULL, false)) == 0, "gradient %d: unwritten", i);
             }

@@ -52,12 +52,6 @@ static void expect_same_shape(const em_tensor *t, int ndim, const int64_t *shape
     for (int d = 0; d < ndim; d++) ck_assert_int_eq(t->shape[d], shape[d]);
 }
 
-static bool bytes_equal(em_tensor *a, em_tensor *b)
-{
-    return em_numel(a) == em_numel(b) && a->dtype == b->dtype &&
-           memcmp(em_data_ptr(a), em_data_ptr(b), (size_t)em_numel(a) * em_dtype_size(a->dtype)) == 0;
-}
-
 static em_tensor *ids_tensor(int ndim, const int64_t *shape, const int64_t *v, em_dtype dt)
 {
     int64_t n = prod(ndim, shape);
@@ -339,10 +333,10 @@ START_TEST(test_softmax_inner_dims_in_blocks)
                 /* the same rows as last-dim rows */
                 em_tensor *xt = em_contiguous(em_transpose(x, dim, nd - 1));
                 em_tensor *yt = lg ? em_log_softmax(xt, nd - 1) : em_softmax(xt, nd - 1);
-                ck_assert_msg(bytes_equal(em_contiguous(em_transpose(yt, dim, nd - 1)), y), "case %d: bits differ", c);
+                ck_assert_msg(tu_bytes_equal(em_contiguous(em_transpose(yt, dim, nd - 1)), y), "case %d: bits differ", c);
                 em_tensor *dyt = em_contiguous(em_transpose(dy, dim, nd - 1));
                 em_tensor *dxt = em__softmax_backward(yt, dyt, nd - 1, lg);
-                ck_assert_msg(bytes_equal(em_contiguous(em_transpose(dxt, dim, nd - 1)), dx), "case %d: backward bits", c);
+                ck_assert_msg(tu_bytes_equal(em_contiguous(em_transpose(dxt, dim, nd - 1)), dx), "case %d: backward bits", c);
                 free(xr), free(gr), free(yr), free(dr), free(yv);
             }
 }
@@ -368,7 +362,7 @@ START_TEST(test_layer_norm_backward_transposed_dy)
         em_tensor *dwt, *dbt, *dwc, *dbc;
         em_tensor *dxt = em_layer_norm_backward(gt, x, mu, rs, w, &dwt, &dbt);
         em_tensor *dxc = em_layer_norm_backward(gc, x, mu, rs, w, &dwc, &dbc);
-        ck_assert(dxt && dxc && bytes_equal(dxt, dxc) && bytes_equal(dwt, dwc) && bytes_equal(dbt, dbc));
+        ck_assert(dxt && dxc && tu_bytes_equal(dxt, dxc) && tu_bytes_equal(dwt, dwc) && tu_bytes_equal(dbt, dbc));
         free(xr), free(gr), free(wr);
     }
 }
@@ -542,9 +536,9 @@ START_TEST(test_layer_norm_backward_deterministic)
             }
             em_set_num_threads(0);
             for (int t = 1; t < 3; t++) {
-                ck_assert(bytes_equal(dw[0], dw[t]));
-                ck_assert(bytes_equal(db[0], db[t]));
-                ck_assert(bytes_equal(dx[0], dx[t]));
+                ck_assert(tu_bytes_equal(dw[0], dw[t]));
+                ck_assert(tu_bytes_equal(db[0], db[t]));
+                ck_assert(tu_bytes_equal(dx[0], dx[t]));
             }
             double dbr[64] = {0};
             for (int64_t r = 0; r < 1031; r++)
@@ -628,7 +622,7 @@ START_TEST(test_embedding_backward_deterministic)
             dw[t] = em_embedding_backward(dy, ids, V, 3);
         }
         em_set_num_threads(0);
-        ck_assert(bytes_equal(dw[0], dw[1]) && bytes_equal(dw[0], dw[2]));
+        ck_assert(tu_bytes_equal(dw[0], dw[1]) && tu_bytes_equal(dw[0], dw[2]));
         double *ref = calloc((size_t)(V * D), sizeof(double));
         for (int64_t n = 0; n < N; n++)
             for (int64_t j = 0; j < D && iv[n] != 3; j++) ref[iv[n] * D + j] += gr[n * D + j];
@@ -708,7 +702,7 @@ START_TEST(test_dropout_determinism_and_layout)
         em_tensor *ya = em_dropout(x, 0.5, 7, 10, &ma), *yb = em_dropout(x, 0.5, 7, 10, &mb);
         em_dropout(x, 0.5, 7, 11, &mc);
         em_dropout(x, 0.5, 8, 10, &md);
-        ck_assert(bytes_equal(ma, mb) && bytes_equal(ya, yb));
+        ck_assert(tu_bytes_equal(ma, mb) && tu_bytes_equal(ya, yb));
         int64_t diff_off = 0, diff_seed = 0;
         const uint8_t *a = em_data_ptr(ma), *c = em_data_ptr(mc), *d = em_data_ptr(md);
         for (int64_t i = 0; i < n; i++) diff_off += a[i] != c[i], diff_seed += a[i] != d[i];
@@ -730,9 +724,9 @@ START_TEST(test_dropout_determinism_and_layout)
             em_tensor *m1, *m2;
             em_tensor *y1 = em_dropout(x, 0.4, 3, 5, &m1);
             em_tensor *y2 = em_dropout(em_contiguous(x), 0.4, 3, 5, &m2);
-            ck_assert(bytes_equal(m1, m2));
+            ck_assert(tu_bytes_equal(m1, m2));
             /* the contiguous fast paths (f32, bf16) give the generic path's bits */
-            ck_assert_msg(bytes_equal(em_contiguous(y1), y2), "dropout %s: fast and generic paths differ",
+            ck_assert_msg(tu_bytes_equal(em_contiguous(y1), y2), "dropout %s: fast and generic paths differ",
                           em_dtype_name(dt));
             double *xv = tu_to_doubles(x), *mv = tu_to_doubles(m1), ref[117];
             for (int i = 0; i < 117; i++) ref[i] = mv[i] ? xv[i] / 0.6 : 0.0;
@@ -758,7 +752,7 @@ START_TEST(test_dropout_backward_saved_mask)
             em_tensor *y = em_dropout(x, 0.3, 5, 2, NULL);
             em_backward(em_sum(em_mul(y, w), 0, NULL, false));
             em_tensor *want = em_dropout(w, 0.3, 5, 2, NULL);
-            ck_assert_msg(em_grad(x) && bytes_equal(em_grad(x), want), "dropout %s: backward differs from the mask",
+            ck_assert_msg(em_grad(x) && tu_bytes_equal(em_grad(x), want), "dropout %s: backward differs from the mask",
                           em_dtype_name(dt));
             em_tensor *all = em_ones(1, &n, EM_BOOL, EM_CPU);
             double *got = tu_to_doubles(em__dropout_masked(w, all, 0.3, 5, 2)), *dv = tu_to_doubles(w);
@@ -768,10 +762,10 @@ START_TEST(test_dropout_backward_saved_mask)
                           (long long)zeros);
             int64_t n2[2] = {1, n - 1};
             em_tensor *short_mask = em_ones(2, n2, EM_BOOL, EM_CPU);
-            ck_assert(bytes_equal(em__dropout_masked(w, short_mask, 0.3, 5, 2), want));
+            ck_assert(tu_bytes_equal(em__dropout_masked(w, short_mask, 0.3, 5, 2), want));
             int64_t n3[2] = {1, n};   /* as many elements, another shape: not read either */
-            ck_assert(bytes_equal(em__dropout_masked(w, em_ones(2, n3, EM_BOOL, EM_CPU), 0.3, 5, 2), want));
-            ck_assert(bytes_equal(em__dropout_masked(w, NULL, 0.3, 5, 2), want));
+            ck_assert(tu_bytes_equal(em__dropout_masked(w, em_ones(2, n3, EM_BOOL, EM_CPU), 0.3, 5, 2), want));
+            ck_assert(tu_bytes_equal(em__dropout_masked(w, NULL, 0.3, 5, 2), want));
             free(xr), free(wr), free(got), free(dv);
         }
 }
@@ -794,7 +788,7 @@ START_TEST(test_dropout_transposed_input)
             em_tensor *xt = em_transpose(base, 0, 1), *mt, *mc;
             em_tensor *yt = em_dropout(xt, 0.3, 9, 4, &mt);
             em_tensor *yc = em_dropout(em_contiguous(xt), 0.3, 9, 4, &mc);
-            ck_assert_msg(bytes_equal(yt, yc) && bytes_equal(mt, mc), "dropout %s of a transposed view", em_dtype_name(dt));
+            ck_assert_msg(tu_bytes_equal(yt, yc) && tu_bytes_equal(mt, mc), "dropout %s of a transposed view", em_dtype_name(dt));
             em_backward(em_sum(yt, 0, NULL, false));
             ck_assert(em_grad(base) != NULL);
             double *g = tu_to_doubles(em_grad(base)), *m = tu_to_doubles(em_transpose(mt, 0, 1));
@@ -819,20 +813,20 @@ START_TEST(test_gelu_backward_given_y)
         for (size_t i = 0; i < sizeof special / sizeof *special; i++) xp[i * 97] = special[i];
         em_tensor *y = em_gelu(x);
         em_tensor *want = em__unary_backward(EM_OP_GELU, x, dy);
-        ck_assert_msg(bytes_equal(em__unary_backward_y(EM_OP_GELU, x, y, dy), want), "GELU_BWD given y differs");
+        ck_assert_msg(tu_bytes_equal(em__unary_backward_y(EM_OP_GELU, x, y, dy), want), "GELU_BWD given y differs");
         /* transposed views of [k, m] */
         int64_t km[2] = {17, 241};
         em_tensor *xt = em_transpose(em_reshape(em_narrow(x, 0, 0, 17 * 241), 2, km), 0, 1);
         em_tensor *gt = em_transpose(em_reshape(em_narrow(dy, 0, 0, 17 * 241), 2, km), 0, 1);
         em_tensor *yt = em_gelu(xt);
-        ck_assert(bytes_equal(em__unary_backward_y(EM_OP_GELU, xt, yt, gt), em__unary_backward(EM_OP_GELU, xt, gt)));
+        ck_assert(tu_bytes_equal(em__unary_backward_y(EM_OP_GELU, xt, yt, gt), em__unary_backward(EM_OP_GELU, xt, gt)));
         /* the kernel reads y: a wrong y gives another gradient */
         em_tensor *zero = em_zeros(1, &n, EM_F32, EM_CPU);
-        ck_assert_msg(!bytes_equal(em__unary_backward_y(EM_OP_GELU, x, zero, dy), want), "y was not read");
+        ck_assert_msg(!tu_bytes_equal(em__unary_backward_y(EM_OP_GELU, x, zero, dy), want), "y was not read");
         /* ... but not one of another shape or dtype */
         int64_t n2[2] = {1, n};
-        ck_assert(bytes_equal(em__unary_backward_y(EM_OP_GELU, x, em_zeros(2, n2, EM_F32, EM_CPU), dy), want));
-        ck_assert(bytes_equal(em__unary_backward_y(EM_OP_GELU, x, em_zeros(1, &n, EM_F64, EM_CPU), dy), want));
+        ck_assert(tu_bytes_equal(em__unary_backward_y(EM_OP_GELU, x, em_zeros(2, n2, EM_F32, EM_CPU), dy), want));
+        ck_assert(tu_bytes_equal(em__unary_backward_y(EM_OP_GELU, x, em_zeros(1, &n, EM_F64, EM_CPU), dy), want));
         /* autograd: y kept and read; then y changed in place after the forward */
         for (int inplace = 0; inplace < 2; inplace++) EM_SCOPE {
                 em_tensor *xl = em_requires_grad_(em_clone(x), true);   /* a new leaf each round */
@@ -840,7 +834,7 @@ START_TEST(test_gelu_backward_given_y)
                 em_tensor *loss = em_sum(em_mul(em_add_scalar(yl, 0.0), dy), 0, NULL, false);
                 if (inplace) EM_NO_GRAD em_fill_(yl, 0.25);   /* add saves nothing: only GELU kept yl */
                 em_backward(loss);
-                ck_assert_msg(em_grad(xl) && bytes_equal(em_grad(xl), want), "gelu autograd (in place: %d)", inplace);
+                ck_assert_msg(em_grad(xl) && tu_bytes_equal(em_grad(xl), want), "gelu autograd (in place: %d)", inplace);
             }
     }
     free(xr), free(gr);
@@ -866,13 +860,13 @@ START_TEST(test_cross_entropy_transposed_logits)
         ck_assert(!em_is_contiguous(xt));
         for (int red = 0; red < 3; red++) {
             em_tensor *a = em_cross_entropy(xt, t, -100, (em_reduction)red), *b = em_cross_entropy(xc, t, -100, (em_reduction)red);
-            ck_assert_msg(bytes_equal(a, b), "reduction %d", red);
+            ck_assert_msg(tu_bytes_equal(a, b), "reduction %d", red);
         }
         em_backward(em_cross_entropy(xt, t, -100, EM_REDUCE_MEAN));
         em_backward(em_cross_entropy(xc, t, -100, EM_REDUCE_MEAN));
-        ck_assert(em_grad(lt) && em_grad(lc) && bytes_equal(em_grad(lt), em_grad(lc)));
+        ck_assert(em_grad(lt) && em_grad(lc) && tu_bytes_equal(em_grad(lt), em_grad(lc)));
         em_tensor *dl = em_ones(1, &N, EM_F32, EM_CPU);
-        ck_assert(bytes_equal(em_cross_entropy_backward(dl, xt, t, -100, EM_REDUCE_NONE),
+        ck_assert(tu_bytes_equal(em_cross_entropy_backward(dl, xt, t, -100, EM_REDUCE_NONE),
                               em_cross_entropy_backward(dl, xc, t, -100, EM_REDUCE_NONE)));
         free(xr);
     }
@@ -1007,7 +1001,7 @@ START_TEST(test_cross_entropy_backward)
             em_tensor *lse;
             em__cross_entropy(x, t, -100, EM_REDUCE_MEAN, &lse);
             em_tensor *g2 = em__cross_entropy_backward(dl, x, t, lse, -100, EM_REDUCE_MEAN);
-            ck_assert(bytes_equal(g, g2));
+            ck_assert(tu_bytes_equal(g, g2));
             free(br), free(xr);
         }
 }

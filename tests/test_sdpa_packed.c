@@ -12,13 +12,6 @@
 enum { B = 4, H = 3, S = 70, D = 40 };
 static const int32_t LENS[B] = {70, 1, 33, 64};   /* full, one token, two query blocks, a block edge */
 
-static bool bytes_equal(em_tensor *a, em_tensor *b)
-{
-    a = em_contiguous(a), b = em_contiguous(b);
-    return a && b && em_numel(a) == em_numel(b) && a->dtype == b->dtype &&
-           !memcmp(em_data_ptr(a), em_data_ptr(b), (size_t)em_numel(a) * em_dtype_size(a->dtype));
-}
-
 static int64_t n_rows(void)
 {
     int64_t n = 0;
@@ -75,12 +68,12 @@ static void compare_bits(em_dtype dt, bool amx, double p)
                                               321),
                               true);
         ck_assert_msg(op && ok, "%s: %s", em_dtype_name(dt), em_last_error());
-        ck_assert_msg(bytes_equal(pack(op), ok), "%s amx %d p %g: outputs differ", em_dtype_name(dt), amx, p);
+        ck_assert_msg(tu_bytes_equal(pack(op), ok), "%s amx %d p %g: outputs differ", em_dtype_name(dt), amx, p);
         /* padding rows of the padded output are 0 and get weight 0: the losses see the same rows */
         em_backward(em_sum(em_mul(op, w), 0, NULL, false));
         em_backward(em_sum(em_mul(ok, pack(w)), 0, NULL, false));
         for (int i = 0; i < 3; i++)
-            ck_assert_msg(bytes_equal(pack(em_grad(xp[i])), em_grad(xk[i])), "%s amx %d p %g: gradient %d differs",
+            ck_assert_msg(tu_bytes_equal(pack(em_grad(xp[i])), em_grad(xk[i])), "%s amx %d p %g: gradient %d differs",
                           em_dtype_name(dt), amx, p, i);
     }
     em__sdpa_amx_set(amx_was);
