@@ -30,6 +30,17 @@ int em__sdpa_packed_set_composed(int level)
 
 int em__sdpa_packed_composed(void) { return composed_level; }
 
+/* Whether a padded batch of B sequences of S rows, H heads of D, can be
+ * numbered and sized: S below 2^31 and B*H*(S+1)^2*(D+64) within int64 (the
+ * dropout numbering is B*H*S*S; the kernels' work estimates and scratch are
+ * products of S, S and D). A larger S is no real batch's; refused by name. */
+static bool fits_padded(int64_t B, int64_t H, int64_t S, int64_t D)
+{
+    int64_t t;
+    return S <= INT32_MAX && !__builtin_mul_overflow(B, H, &t) && !__builtin_mul_overflow(t, S + 1, &t) &&
+           !__builtin_mul_overflow(t, S + 1, &t) && !__builtin_mul_overflow(t, D + 64, &t);
+}
+
 /* lens and starts read back as host int64 (B values each); false when they do
  * not tile rows 0 .. n - 1 in order with lengths in [1, S] (error set). */
 static bool host_rows(const char *op, em_tensor *lens, em_tensor *starts, int64_t n, int64_t S, int64_t **len_out,
@@ -46,7 +57,7 @@ static bool host_rows(const char *op, em_tensor *lens, em_tensor *starts, int64_
     for (int64_t b = 0; ok && b < B; b++) {
         l[b] = ((const int64_t *)em_data_ptr(hl))[b];
         l[B + b] = ((const int64_t *)em_data_ptr(hs))[b];
-        if (l[b] < 1 || l[b] > S || l[B + b] != at) {
+        if (l[b] < 1 || l[b] > S || l[B + b] != at || l[b] > n - at) {   /* at <= n: no overflow */
             em__misuse(op, "sequence %lld: start %lld, length %lld (the sequences must follow one another from row 0, "
                        "each 1 to S = %lld rows)", (long long)b, (long long)l[B + b], (long long)l[b], (long long)S);
             ok = false;
@@ -115,7 +126,8 @@ em_tensor *em__sdpa_packed(em_tensor *q, em_tensor *k, em_tensor *v, em_tensor *
     EM_CHECK(em_device_eq(q->device, k->device) && em_device_eq(q->device, v->device) &&
                  em_device_eq(lens->device, q->device) && em_device_eq(starts->device, q->device),
              op, "q, k, v, lens and starts are on different devices");
-    EM_CHECK(lens->ndim == 1 && starts->ndim == 1 && lens->shape[0] == starts->shape[0] && lens->shape[0] > 0 &&
+    EM_CHECK(lens->ndim != 1 || lens->shape[0] > 0, op, "needs at least one sequence (lens is empty)");
+    EM_CHECK(lens->ndim == 1 && starts->ndim == 1 && lens->shape[0] == starts->shape[0] &&
                  (lens->dtype == EM_I32 || lens->dtype == EM_I64) &&
                  (starts->dtype == EM_I32 || starts->dtype == EM_I64),
              op, "lens %s %s and starts %s %s must be i32/i64 [B]", em_dtype_name(lens->dtype), em__shape_str(lens),
@@ -123,6 +135,10 @@ em_tensor *em__sdpa_packed(em_tensor *q, em_tensor *k, em_tensor *v, em_tensor *
     EM_CHECK(S >= 1 && dropout_p >= 0.0 && dropout_p < 1.0, op, "S = %lld must be >= 1 and dropout_p (%g) in [0, 1)",
              (long long)S, dropout_p);
     int64_t B = lens->shape[0], n = q->shape[2], *len = NULL, *start = NULL;
+    EM_CHECK(fits_padded(B, q->shape[1], S, q->shape[3]), op,
+             "S = %lld is too large for %lld sequences of %lld heads of %lld: the padded batch's B*H*S*S dropout "
+             "numbering (and its S*D work) must fit in 64 bits", (long long)S, (long long)B, (long long)q->shape[1],
+             (long long)q->shape[3]);
     if (!host_rows(op, lens, starts, n, S, &len, &start)) return NULL;
     em_tensor *r = NULL;
     em_scope_begin();

@@ -2,7 +2,10 @@
  * size classes, results whichever library wins, the choice read back from
  * the cache file (a pure function of it), lines that do not parse skipped,
  * two processes racing on one class agreeing through the file lock, a
- * directory that cannot be made leaving choices in memory, and oneMKL
+ * directory that cannot be made leaving choices in memory, the file's
+ * hazards (a path too long, a last line without its newline, lines past the
+ * parser's buffer, a FIFO at the path, a table the file fills, a write that
+ * fails part way), and oneMKL
  * (tensor/cpu/mkl.c): refused or turned off, nothing changes; asked for by
  * the build (-Dmkl_root, tools/test's mkl pass), it loads, computes right and
  * joins the choices as a third candidate.
@@ -20,6 +23,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -261,6 +267,178 @@ START_TEST(unwritable_dir_in_memory)
 }
 END_TEST
 
+/* A cache directory path too long for the picker's buffers: refused by the
+ * variable's name, choices in memory (never a silently cut, other directory). */
+START_TEST(long_cache_dir_refused)
+{
+    char dir[4200];
+    int n = snprintf(dir, sizeof dir, "%s/", tu_scratch_path("long"));
+    while (n < 4100) n += snprintf(dir + n, sizeof dir - (size_t)n, "d123456789/");
+    snprintf(dir + n, sizeof dir - (size_t)n, "wanted");
+    ck_assert_int_eq(tu_capture_stderr_begin(), 0);
+    use_dir(dir);
+    const char *path = em__gemm_cache_file();
+    char *err = tu_capture_stderr_end();
+    ck_assert_str_eq(path, "");
+    ck_assert_msg(err && strstr(err, "EMBER_CACHE_DIR") && strstr(err, "stay in memory"), "stderr: %s",
+                  err ? err : "");
+    ck_assert_msg(access(tu_scratch_path("long"), F_OK) != 0, "a cut path was made");
+    free(err);
+}
+END_TEST
+
+#if EMBER_HAVE_ONEDNN
+/* A file whose last line lacks its newline (a run killed mid-write, an
+ * editor): the next choice goes on a line of its own, and both classes are
+ * read back. */
+START_TEST(unterminated_last_line_kept_apart)
+{
+    use_dir(tu_scratch_path("cache"));
+    const char *path = em__gemm_cache_file();
+    int th = em_num_threads();
+    char text[256];
+    snprintf(text, sizeof text, "f32 NN 64 64 64 %d openblas 5.7 7", th);   /* no newline */
+    tu_write_text(path, text);
+    em__gemm_forget();
+    float *a = matrix(200, 200, 1), *b = matrix(200, 200, 2);
+    em__gemm_pick(false, false, 200, 200, 200, a, 200, b, 200);   /* measured and appended */
+    char *now = tu_read_file(path, NULL);
+    ck_assert_msg(!strncmp(now, text, strlen(text)) && now[strlen(text)] == '\n' &&
+                      !strncmp(now + strlen(text) + 1, "f32 NN 256 256 256 ", 19),
+                  "file:\n%s", now);
+    free(now);
+    em__gemm_forget();
+    em__gemm_pick(false, false, 60, 60, 60, a, 60, b, 60);   /* a miss: reads the file */
+    ck_assert_int_eq(em__gemm_known(false, false, 64, 64, 64, th), EM__GEMM_OPENBLAS);
+    ck_assert_int_ne(em__gemm_known(false, false, 200, 200, 200, th), 0);
+    free(a), free(b);
+}
+END_TEST
+
+/* Lines longer than the parser's buffer count once, with their right
+ * numbers; a long comment's tail is no choice; warnings come once per
+ * process, not once per miss; a thread count past int is refused. */
+START_TEST(long_lines_numbered_and_warned_once)
+{
+    use_dir(tu_scratch_path("cache"));
+    const char *path = em__gemm_cache_file();
+    int th = em_num_threads();
+    char text[2048];
+    int n = snprintf(text, sizeof text, "#");
+    memset(text + n, '#', 510), n += 510;
+    n += snprintf(text + n, sizeof text - (size_t)n, "f32 NN 64 64 64 %d onednn 1 2\n", th);   /* still the comment */
+    memset(text + n, 'x', 600), n += 600;
+    n += snprintf(text + n, sizeof text - (size_t)n, "\nbogus\nf32 NN 64 64 64 4294967298 onednn 1 2\n");
+    tu_write_text(path, text);
+    em__gemm_forget();
+    float *a = matrix(64, 64, 1), *b = matrix(64, 64, 2);
+    ck_assert_int_eq(tu_capture_stderr_begin(), 0);
+    em__gemm_pick(false, false, 64, 64, 64, a, 64, b, 64);
+    em__gemm_pick(true, false, 64, 64, 64, a, 64, b, 64);   /* a second miss re-reads the file */
+    char *err = tu_capture_stderr_end();
+    char where[3][4300];
+    for (int i = 0; i < 3; i++) snprintf(where[i], sizeof where[i], "%s:%d: not a GEMM choice line", path, i + 2);
+    ck_assert_msg(err && tu_count_of(err, "not a GEMM choice line") == 3 && strstr(err, where[0]) &&
+                      strstr(err, where[1]) && strstr(err, where[2]),
+                  "stderr: %s", err ? err : "");
+    /* the class was measured, not taken from the comment's tail or the bad thread count */
+    char *now = tu_read_file(path, NULL);
+    ck_assert_int_eq(tu_count_of(now, "\nf32 NN 64 64 64 "), 2);   /* the bad line and the measured one */
+    free(now), free(err);
+    free(a), free(b);
+}
+END_TEST
+
+/* Something at the path that is not a regular file (a FIFO: reading it would
+ * block for ever): said once, choices in memory, results right. */
+START_TEST(fifo_at_cache_path)
+{
+    use_dir(tu_scratch_path("cache"));
+    const char *path = em__gemm_cache_file();
+    ck_assert_int_eq(mkfifo(path, 0644), 0);
+    float *a = matrix(64, 64, 1), *b = matrix(64, 64, 2), c[64 * 64];
+    ck_assert_int_eq(tu_capture_stderr_begin(), 0);
+    em_cpu_gemm(EM_GEMM_F32, false, false, 64, 64, 64, 1.0, a, 64, b, 64, 0.0, c, 64);
+    em_cpu_gemm(EM_GEMM_F32, true, false, 64, 64, 64, 1.0, a, 64, b, 64, 0.0, c, 64);
+    char *err = tu_capture_stderr_end();
+    ck_assert_msg(err && tu_count_of(err, "not a regular file") == 1 && strstr(err, path), "stderr: %s",
+                  err ? err : "");
+    double s = 0;
+    for (int p = 0; p < 64; p++) s += (double)a[p * 64] * b[p * 64];
+    ck_assert_msg(fabs(c[0] - s) < 1e-4, "%g vs %g", c[0], s);
+    ck_assert_int_ne(em__gemm_known(true, false, 64, 64, 64, em_num_threads()), 0);   /* kept in memory */
+    free(err), free(a), free(b);
+}
+END_TEST
+
+/* A table the file fills (1,536 classes) answers a new class with the fixed
+ * rule, the same way every call, and neither measures nor writes it. */
+START_TEST(full_table_from_file_measures_nothing)
+{
+    use_dir(tu_scratch_path("cache"));
+    const char *path = em__gemm_cache_file();
+    static const int64_t cls[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64};
+    int th = em_num_threads(), lines = 0;
+    size_t cap = 1536 * 64;
+    char *text = malloc(cap);
+    size_t n = 0;
+    for (int i = 0; i < 12 && lines < 1536; i++)
+        for (int j = 0; j < 12 && lines < 1536; j++)
+            for (int l = 0; l < 12 && lines < 1536; l++, lines++)
+                n += (size_t)snprintf(text + n, cap - n, "f32 NN %lld %lld %lld %d onednn 1 2\n", (long long)cls[i],
+                                      (long long)cls[j], (long long)cls[l], th);
+    tu_write_text(path, text);
+    em__gemm_forget();
+    float *a = matrix(200, 200, 1), *b = matrix(200, 200, 2);
+    int want = em__gemm_prefers_onednn(false, true, 200, 200, 200) ? EM__GEMM_ONEDNN : EM__GEMM_OPENBLAS;
+    for (int r = 0; r < 3; r++) ck_assert_int_eq(em__gemm_pick(false, true, 200, 200, 200, a, 200, b, 200), want);
+    char *now = tu_read_file(path, NULL);
+    ck_assert_str_eq(now, text);
+    free(now), free(text), free(a), free(b);
+}
+END_TEST
+
+/* A write that fails part way (the file-size limit here; a full disk alike)
+ * leaves no half line: the file is cut back, said once, the choice kept in
+ * memory. In a child, whose limit and signal mask are its own. */
+START_TEST(failed_write_leaves_no_half_line)
+{
+    use_dir(tu_scratch_path("cache"));
+    const char *path = em__gemm_cache_file();
+    char head[1100] = "#";
+    memset(head + 1, '#', 1000);
+    head[1001] = '\n', head[1002] = 0;
+    tu_write_text(path, head);
+    int fds[2];
+    ck_assert_int_eq(pipe(fds), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        dup2(fds[1], 2);
+        signal(SIGXFSZ, SIG_IGN);
+        struct rlimit rl = {.rlim_cur = 1010, .rlim_max = RLIM_INFINITY};
+        setrlimit(RLIMIT_FSIZE, &rl);
+        em__gemm_forget();
+        float *a = matrix(200, 200, 1), *b = matrix(200, 200, 2);
+        int lib = em__gemm_pick(false, false, 200, 200, 200, a, 200, b, 200);
+        _exit(lib != 0 && em__gemm_known(false, false, 200, 200, 200, em_num_threads()) == lib ? 0 : 3);
+    }
+    close(fds[1]);
+    char err[4096] = "";
+    ssize_t got = 0, r;
+    while ((r = read(fds[0], err + got, sizeof err - 1 - (size_t)got)) > 0) got += r;
+    close(fds[0]);
+    int st;
+    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child status %d, stderr: %s", st, err);
+    ck_assert_msg(strstr(err, "cannot be written to") && strstr(err, path), "stderr: %s", err);
+    char *now = tu_read_file(path, NULL);
+    ck_assert_str_eq(now, head);
+    free(now);
+}
+END_TEST
+#endif
+
 /* bf16 A and B, f32 C = or += op(A) op(B) on one library, against an f64 sum
  * of the same (bf16-valued) products: only the f32 summation differs. */
 static void check_bf16_library(int lib)
@@ -388,8 +566,8 @@ static Suite *make_suite(void)
 {
     Suite *s = suite_create("gemm_pick");
     TCase *tc = tu_scratch_per_test(tu_case(s, "gemm_pick", 0), "gemm-pick");
-    tu_add_tests(tc, size_classes, auto_results_and_file, unwritable_dir_in_memory, mkl_bad_path_stays_off,
-                 mkl_off_by_env);
+    tu_add_tests(tc, size_classes, auto_results_and_file, unwritable_dir_in_memory, long_cache_dir_refused,
+                 mkl_bad_path_stays_off, mkl_off_by_env);
     if (mkl_asked())
         tu_add_tests(tc, mkl_loaded_where_asked);
     else
@@ -399,9 +577,11 @@ static Suite *make_suite(void)
     /* these measure, which runs oneDNN: not under valgrind (em__gemm_mode is then
      * OpenBLAS-only, since memcheck flags oneDNN's JIT kernels) */
     if (em__gemm_mode() == EM__GEMM_AUTO)
-        tu_add_tests(tc, racing_processes_agree, full_table_falls_back_to_rule);
+        tu_add_tests(tc, racing_processes_agree, full_table_falls_back_to_rule, full_table_from_file_measures_nothing,
+                     unterminated_last_line_kept_apart, long_lines_numbered_and_warned_once, fifo_at_cache_path,
+                     failed_write_leaves_no_half_line);
     else
-        printf("test_gemm_pick: racing_processes_agree and full_table_falls_back_to_rule not run: "
+        printf("test_gemm_pick: the tests that measure (racing processes, full tables, the file's hazards) not run: "
                "oneDNN is off (valgrind or EMBER_GEMM)\n");
 #endif
     return s;

@@ -8,6 +8,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 enum { B = 4, H = 3, S = 70, D = 40 };
 static const int32_t LENS[B] = {70, 1, 33, 64};   /* full, one token, two query blocks, a block edge */
@@ -127,14 +128,61 @@ TU_MISUSE(empty_refused, "must follow one another", run_rows((int64_t[]){0, 0}, 
 TU_MISUSE(longer_than_S_refused, "must follow one another", run_rows((int64_t[]){0, 5}, (int32_t[]){5, 1}, 4))
 TU_MISUSE(rows_left_over_refused, "cover 5 rows", run_rows((int64_t[]){0, 3}, (int32_t[]){3, 2}, 3))
 
+/* An S no real batch has: the B*H*S*S dropout numbering and the kernels'
+ * S-sized scratch would overflow; refused by name, never run. Lengths that
+ * sum past 2^63 with it are refused the same way. */
+static em_tensor *run_big_s(int64_t s)
+{
+    em_tensor *q = em_randn(4, (int64_t[]){1, 1, 40, 64}, EM_F32, EM_CPU);
+    return em__sdpa_packed(q, q, q, em_from_data((int32_t[]){40}, 1, (int64_t[]){1}, EM_I32),
+                           em_from_data((int64_t[]){0}, 1, (int64_t[]){1}, EM_I64), s, 0.0, 0, 0);
+}
+/* Not through TU_MISUSE: a heap overrun may end in glibc's own abort, which
+ * that would count as the refusal. Here the handler returns, and the call must
+ * too, with NULL and the message. */
+static char misuse_seen[1024];
+static void record_misuse(const char *msg, void *user)
+{
+    (void)user;
+    snprintf(misuse_seen, sizeof misuse_seen, "%s", msg);
+}
+START_TEST(huge_s_refused)
+{
+    em_set_misuse_handler(record_misuse, NULL);
+    const int64_t big[3] = {(int64_t)1 << 60, INT64_MAX, (int64_t)1 << 40};
+    for (int i = 0; i < 3; i++) {
+        misuse_seen[0] = 0;
+        ck_assert_ptr_null(run_big_s(big[i]));
+        ck_assert_msg(strstr(misuse_seen, "is too large"), "S = %lld: %s", (long long)big[i], misuse_seen);
+    }
+}
+END_TEST
+static void run_wrapping_table(void)
+{
+    em_tensor *q = em_randn(4, (int64_t[]){1, 1, 1, 16}, EM_F32, EM_CPU);
+    em__sdpa_packed(q, q, q, em_from_data((int64_t[]){INT64_MAX, INT64_MAX, 3}, 1, (int64_t[]){3}, EM_I64),
+                    em_from_data((int64_t[]){0, INT64_MAX, -2}, 1, (int64_t[]){3}, EM_I64), INT64_MAX, 0.0, 0, 0);
+}
+static void run_no_sequences(void)
+{
+    em_tensor *q = em_randn(4, (int64_t[]){1, 2, 0, 5}, EM_F32, EM_CPU);
+    em_tensor *l = em_narrow(em_from_data((int32_t[]){1}, 1, (int64_t[]){1}, EM_I32), 0, 0, 0);
+    em_tensor *st = em_narrow(em_from_data((int64_t[]){0}, 1, (int64_t[]){1}, EM_I64), 0, 0, 0);
+    em__sdpa_packed(q, q, q, l, st, 1, 0.0, 0, 0);
+}
+TU_MISUSE(s_past_int32_refused, "is too large", run_big_s((int64_t)1 << 31))
+TU_MISUSE(wrapping_table_refused, "is too large", run_wrapping_table())
+TU_MISUSE(no_sequences_refused, "at least one sequence", run_no_sequences())
+
 static Suite *make_suite(void)
 {
     Suite *s = suite_create("sdpa_packed");
     TCase *tc = tu_case(s, "core", 120);
     tu_add_tests(tc, packed_matches_padded_f32, packed_matches_padded_f64, packed_matches_padded_bf16,
-                 composed_forward_matches_fused, composed_backward_matches_fused);
+                 composed_forward_matches_fused, composed_backward_matches_fused, huge_s_refused);
     tu_add_misuse_tests(tc, gap_refused, overlap_refused, empty_refused, longer_than_S_refused,
-                        rows_left_over_refused);
+                        rows_left_over_refused, s_past_int32_refused, wrapping_table_refused,
+                        no_sequences_refused);
     return s;
 }
 

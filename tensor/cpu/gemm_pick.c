@@ -45,7 +45,14 @@
  *   bf16 <TA><TB> <m> <n> <k> <threads> <winner> 0 <us onednn> <us mkl>
  *
  * A line that does not parse is skipped, with a warning on stderr naming the
- * file and line; it never stops a run.
+ * file and line (once per process); it never stops a run. The file is only
+ * ever appended to, one whole line per write(); a write that fails (a full
+ * disk) is cut back off, and the choice stays in memory. A file that is read-
+ * only (a read-only cache mount) is still read, under a shared lock; new
+ * choices then stay in memory, said once on stderr. Something at the path that
+ * is not a regular file (a FIFO, a device) is never opened for reading, and a
+ * cache path too long for the buffers is refused by name: both said once, and
+ * the choices stay in memory.
  *
  * EMBER_VERBOSE=1 prints each class's choice once per process, with the
  * timings and where the choice came from (measured, or the file).
@@ -158,16 +165,24 @@ static void cache_init(void)
     if (cache_init_done) return;
     cache_init_done = true;
     cache_path[0] = 0;
-    const char *dir = getenv("EMBER_CACHE_DIR");
+    const char *dir = getenv("EMBER_CACHE_DIR"), *var = "EMBER_CACHE_DIR";
     char base[4000];
+    int len;
     if (dir) {
         if (!*dir || !strcmp(dir, "none")) return;
-        snprintf(base, sizeof base, "%s", dir);
+        len = snprintf(base, sizeof base, "%s", dir);
     } else if (getenv("XDG_CACHE_HOME") && *getenv("XDG_CACHE_HOME")) {
-        snprintf(base, sizeof base, "%s/ember", getenv("XDG_CACHE_HOME"));
+        var = "XDG_CACHE_HOME";
+        len = snprintf(base, sizeof base, "%s/ember", getenv("XDG_CACHE_HOME"));
     } else if (getenv("HOME") && *getenv("HOME")) {
-        snprintf(base, sizeof base, "%s/.cache/ember", getenv("HOME"));
+        var = "HOME";
+        len = snprintf(base, sizeof base, "%s/.cache/ember", getenv("HOME"));
     } else {
+        return;
+    }
+    if (len < 0 || (size_t)len >= sizeof base - 40) {   /* room for "/gemm-f32-<16 hex>.tsv" */
+        fprintf(stderr, "ember: gemm choices stay in memory: the cache directory from %s is %d bytes long, "
+                        "more than the %zu this build takes\n", var, len, sizeof base - 40);
         return;
     }
     /* mkdir -p */
@@ -220,34 +235,132 @@ static void remember(char dt, char ta, char tb, int threads, int64_t m, int64_t 
 
 #define BIG ((long long)1 << 40)   /* no dimension is larger */
 
-/* Reads every choice of the open file f into the table; warns about lines
- * that do not parse. */
-static void load(FILE *f)
+/* Lines of the file already read by this process: their warnings were given. */
+static int lines_warned;
+
+/* One line of the file (text, no newline, len bytes; no is its 1-based
+ * number): into the table, or a warning (once per process) when it does not
+ * parse. */
+static void load_line(const char *text, size_t len, int no)
 {
+    if (len == 0 || text[0] == '#') return;
     char line[512];
-    int no = 0;
-    while (fgets(line, sizeof line, f)) {
-        no++;
-        if (line[0] == '#' || line[0] == '\n') continue;
-        char dt[8], tr[8], win[16];
-        long long m, n, k;
-        int th;
-        double t0, t1, t2;
-        int got = sscanf(line, "%7s %7s %lld %lld %lld %d %15s %lf %lf %lf", dt, tr, &m, &n, &k, &th, win, &t0, &t1, &t2);
-        bool f32 = !strcmp(dt, "f32"), bf16 = !strcmp(dt, "bf16");
-        bool ok = ((f32 && (got == 9 || got == 10)) || (bf16 && got == 10)) && strlen(tr) == 2 &&
-                  strchr("NT", tr[0]) && strchr("NT", tr[1]) && m > 0 && n > 0 && k > 0 && m <= BIG && n <= BIG &&
-                  k <= BIG && th > 0 && th <= 4096 && m == em__gemm_size_class(m) &&
-                  n == em__gemm_size_class(n) && k == em__gemm_size_class(k) &&
-                  ((!strcmp(win, "openblas") && f32) || !strcmp(win, "onednn") || (!strcmp(win, "mkl") && got == 10));
-        if (!ok) {
-            fprintf(stderr, "ember: %s:%d: not a GEMM choice line (skipped): %.80s%s", cache_path, no, line,
-                    strchr(line, '\n') ? "" : "\n");
-            continue;
-        }
-        remember(f32 ? 'f' : 'b', tr[0], tr[1], th, m, n, k,
-                 !strcmp(win, "onednn") ? EM__GEMM_ONEDNN : !strcmp(win, "mkl") ? EM__GEMM_MKL : EM__GEMM_OPENBLAS);
+    bool fits = len < sizeof line;
+    memcpy(line, text, fits ? len : sizeof line - 1);
+    line[fits ? len : sizeof line - 1] = 0;
+    char dt[8] = "", tr[8] = "", win[16] = "";
+    long long m = 0, n = 0, k = 0, th = 0;
+    double t0, t1, t2;
+    int got = fits ? sscanf(line, "%7s %7s %lld %lld %lld %lld %15s %lf %lf %lf", dt, tr, &m, &n, &k, &th, win, &t0,
+                            &t1, &t2)
+                   : 0;
+    bool f32 = !strcmp(dt, "f32"), bf16 = !strcmp(dt, "bf16");
+    bool ok = ((f32 && (got == 9 || got == 10)) || (bf16 && got == 10)) && strlen(tr) == 2 &&
+              strchr("NT", tr[0]) && strchr("NT", tr[1]) && m > 0 && n > 0 && k > 0 && m <= BIG && n <= BIG &&
+              k <= BIG && th > 0 && th <= 4096 && m == em__gemm_size_class(m) && n == em__gemm_size_class(n) &&
+              k == em__gemm_size_class(k) &&
+              ((!strcmp(win, "openblas") && f32) || !strcmp(win, "onednn") || (!strcmp(win, "mkl") && got == 10));
+    if (!ok) {
+        if (no > lines_warned)
+            fprintf(stderr, "ember: %s:%d: not a GEMM choice line (skipped): %.80s\n", cache_path, no, line);
+        return;
     }
+    remember(f32 ? 'f' : 'b', tr[0], tr[1], (int)th, m, n, k,
+             !strcmp(win, "onednn") ? EM__GEMM_ONEDNN : !strcmp(win, "mkl") ? EM__GEMM_MKL : EM__GEMM_OPENBLAS);
+}
+
+#define FILE_CAP ((size_t)4 << 20)   /* 1,536 classes take about 100 KB; a larger file is read this far */
+
+/* Reads every choice of the open, locked file fd (from its start) into the
+ * table. *size gets the file's length, *ends_nl whether its last byte is a
+ * newline (an empty file counts as ending in one). */
+static void load(int fd, off_t *size, bool *ends_nl)
+{
+    struct stat sb;
+    *size = fstat(fd, &sb) == 0 ? sb.st_size : 0;
+    *ends_nl = true;
+    if (*size <= 0) return;
+    size_t cap = (size_t)*size < FILE_CAP ? (size_t)*size : FILE_CAP;
+    char *buf = malloc(cap);
+    if (!buf) return;   /* no room to read: the choices of this miss are measured */
+    size_t got = 0;
+    while (got < cap) {
+        ssize_t r = pread(fd, buf + got, cap - got, (off_t)got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        got += (size_t)r;
+    }
+    if (got == (size_t)*size) *ends_nl = buf[got - 1] == '\n';
+    else *ends_nl = false;   /* its end unseen: the next line starts on a fresh one (an empty line is skipped) */
+    if (got < (size_t)*size && lines_warned == 0)
+        fprintf(stderr, "ember: %s: %lld bytes; only the first %zu are read\n", cache_path, (long long)*size, got);
+    int no = 0;
+    for (size_t at = 0; at < got;) {
+        const char *nl = memchr(buf + at, '\n', got - at);
+        size_t len = nl ? (size_t)(nl - (buf + at)) : got - at;
+        load_line(buf + at, len, ++no);
+        at += len + 1;
+    }
+    if (no > lines_warned) lines_warned = no;
+    free(buf);
+}
+
+/* Says msg about the cache file once per process (the file's trouble does not
+ * change from miss to miss). */
+static void say_once(bool *said, const char *msg, int err)
+{
+    if (*said) return;
+    *said = true;
+    fprintf(stderr, "ember: %s: %s%s%s\n", cache_path, msg, err ? ": " : "", err ? strerror(err) : "");
+}
+static bool said_readonly, said_not_regular, said_write, said_lock;
+
+/* Opens and locks the cache file for one miss: the descriptor (-1: choices
+ * stay in memory), and whether new choices may be appended. */
+static int open_cache(bool *writable)
+{
+    *writable = false;
+    if (!cache_path[0]) return -1;
+    int fd = open(cache_path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC | O_NONBLOCK, 0644);
+    if (fd < 0 && (errno == EROFS || errno == EACCES || errno == EPERM)) {
+        int err = errno;
+        fd = open(cache_path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+        if (fd >= 0) say_once(&said_readonly, "cannot be written; its choices are read, new ones stay in memory", err);
+        else errno = err;
+    } else if (fd >= 0) {
+        *writable = true;
+    }
+    if (fd < 0) {
+        if (verbose()) fprintf(stderr, "ember: gemm choices stay in memory: cannot open %s: %s\n", cache_path, strerror(errno));
+        return -1;
+    }
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {   /* a FIFO would block the read, a device worse */
+        say_once(&said_not_regular, "not a regular file; gemm choices stay in memory", 0);
+        close(fd);
+        return -1;
+    }
+    if (flock(fd, *writable ? LOCK_EX : LOCK_SH) != 0) {
+        say_once(&said_lock, "cannot be locked; gemm choices stay in memory", errno);
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* Appends text (len bytes) to the locked file fd, whose length was size: one
+ * write(); on a short or failed write the file is cut back to size, so no
+ * half line is left. */
+static bool append(int fd, off_t size, const char *text, size_t len)
+{
+    ssize_t w;
+    do w = write(fd, text, len);
+    while (w < 0 && errno == EINTR);
+    if (w == (ssize_t)len) return true;
+    int err = w < 0 ? errno : ENOSPC;
+    if (w > 0 && ftruncate(fd, size) != 0) err = errno;
+    say_once(&said_write, "cannot be written to; new gemm choices stay in memory", err);
+    return false;
 }
 
 static double now_s(void)
@@ -300,85 +413,99 @@ static const char *lib_name(int lib)
     return lib == EM__GEMM_ONEDNN ? "onednn" : lib == EM__GEMM_MKL ? "mkl" : "openblas";
 }
 
+/* EMBER_VERBOSE's line for a class: its timings when measured here, else where the choice came from. */
+static void report(char dt, char ta, char tb, int64_t m, int64_t n, int64_t k, int64_t mc, int64_t nc, int64_t kc,
+                   int threads, int lib, const double t[3], const char *from, const char *where)
+{
+    const char *dts = dt == 'f' ? "f32" : "bf16";
+    char ob[48] = "", mk[48] = "";
+    if (t[0] > 0) snprintf(ob, sizeof ob, "openblas %.3f ms, ", t[0] * 1e3);
+    if (t[2] > 0) snprintf(mk, sizeof mk, ", mkl %.3f ms", t[2] * 1e3);
+    if (t[1] > 0)
+        fprintf(stderr, "ember: gemm %s %c%c %lldx%lldx%lld (class %lldx%lldx%lld), %d thread%s: %sonednn %.3f ms%s "
+                        "-> %s (%s %s)\n", dts, ta, tb, (long long)m, (long long)n, (long long)k, (long long)mc,
+                (long long)nc, (long long)kc, threads, threads == 1 ? "" : "s", ob, t[1] * 1e3, mk, lib_name(lib), from,
+                where);
+    else
+        fprintf(stderr, "ember: gemm %s %c%c class %lldx%lldx%lld, %d thread%s -> %s (%s %s)\n", dts, ta, tb,
+                (long long)mc, (long long)nc, (long long)kc, threads, threads == 1 ? "" : "s", lib_name(lib), from,
+                where);
+}
+
+/* EMBER_GEMM=rule's answer (bf16: oneDNN, as without oneMKL) */
+static int rule_lib(char dt, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k)
+{
+    return dt == 'b' || em__gemm_prefers_onednn(trans_a, trans_b, m, n, k) ? EM__GEMM_ONEDNN : EM__GEMM_OPENBLAS;
+}
+
 static int pick(char dt, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
                 const void *b, int64_t ldb)
 {
     char ta = trans_a ? 'T' : 'N', tb = trans_b ? 'T' : 'N';
     int threads = omp_in_parallel() ? 1 : em_num_threads();
     int64_t mc = em__gemm_size_class(m), nc = em__gemm_size_class(n), kc = em__gemm_size_class(k);
+    double t[3] = {0, 0, 0};
     pthread_mutex_lock(&lock);
     pick_entry *e = slot(dt, ta, tb, threads, mc, nc, kc);
     if (!e || e->used) {
-        /* known; or a full table (1,536 classes): the fixed rule (bf16: oneDNN, as
-         * without oneMKL) rather than a measurement on every call of every class not kept */
-        int lib = e ? e->lib
-                  : dt == 'b' || em__gemm_prefers_onednn(trans_a, trans_b, m, n, k) ? EM__GEMM_ONEDNN
-                                                                                    : EM__GEMM_OPENBLAS;
+        /* known; or a full table (1,536 classes): the fixed rule rather than a
+         * measurement on every call of every class not kept */
+        int lib = e ? e->lib : rule_lib(dt, trans_a, trans_b, m, n, k);
+        bool say = e && !e->reported;   /* known from the file, first met now */
+        if (say) e->reported = true;
         pthread_mutex_unlock(&lock);
+        if (say && verbose()) report(dt, ta, tb, m, n, k, mc, nc, kc, threads, lib, t, "from", cache_path);
         return lib;
     }
     /* a miss: the file first (another process may know the class), else measure */
     cache_init();
-    int fd = -1;
-    FILE *f = NULL;
-    if (cache_path[0]) {
-        fd = open(cache_path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-        if (fd < 0 && verbose())
-            fprintf(stderr, "ember: gemm choices stay in memory: cannot open %s: %s\n", cache_path, strerror(errno));
-        if (fd >= 0 && flock(fd, LOCK_EX) == 0 && (f = fdopen(fd, "a+"))) {
-            rewind(f);
-            load(f);
-        }
-    }
+    bool writable = false, ends_nl = true;
+    off_t size = 0;
+    int fd = open_cache(&writable);
+    if (fd >= 0) load(fd, &size, &ends_nl);
     e = slot(dt, ta, tb, threads, mc, nc, kc);
     int lib;
     const char *from;
-    double t[3] = {0, 0, 0};
-    if (e && e->used) {
+    bool saved = false;
+    if (!e) {   /* the file filled the table: as a full table above, nothing measured or written */
+        lib = rule_lib(dt, trans_a, trans_b, m, n, k);
+        from = "table full, the fixed rule;";
+    } else if (e->used) {
         lib = e->lib;
         from = "from";
+        saved = fd >= 0;
     } else {
         lib = measure(dt, trans_a, trans_b, m, n, k, a, lda, b, ldb, t);
         remember(dt, ta, tb, threads, mc, nc, kc, lib);
-        from = f ? "measured, saved to" : "measured, kept in memory";
-        if (f) {
-            fseek(f, 0, SEEK_END);   /* a stream switching from reading to writing repositions */
-            if (ftell(f) == 0) {
+        if (fd >= 0 && writable) {
+            char text[1600];
+            size_t len = 0;
+            if (!ends_nl) text[len++] = '\n';   /* a last line left without one: never glue onto it */
+            if (size == 0) {
                 char id[1024];
                 em__gemm_identity(id, sizeof id);
-                fprintf(f, "# ember GEMM choices (tensor/cpu/gemm_pick.c); %s\n"
-                           "# dtype trans m n k threads winner us_openblas us_onednn%s (m n k: size classes)\n", id,
-                        em__mkl_available() ? " us_mkl" : "");
+                len += (size_t)snprintf(text + len, sizeof text - len,
+                                        "# ember GEMM choices (tensor/cpu/gemm_pick.c); %s\n"
+                                        "# dtype trans m n k threads winner us_openblas us_onednn%s (m n k: size classes)\n",
+                                        id, em__mkl_available() ? " us_mkl" : "");
+                if (len >= sizeof text) len = sizeof text - 1;
             }
             char mkl_us[32] = "";   /* the fourth timing, only in a file of a run with oneMKL */
             if (em__mkl_available()) snprintf(mkl_us, sizeof mkl_us, " %.1f", t[2] * 1e6);
-            fprintf(f, "%s %c%c %lld %lld %lld %d %s %.1f %.1f%s\n", dt == 'f' ? "f32" : "bf16", ta, tb, (long long)mc,
-                    (long long)nc, (long long)kc, threads, lib_name(lib), t[0] * 1e6, t[1] * 1e6, mkl_us);
-            fflush(f);
+            int n_line = snprintf(text + len, sizeof text - len, "%s %c%c %lld %lld %lld %d %s %.1f %.1f%s\n",
+                                  dt == 'f' ? "f32" : "bf16", ta, tb, (long long)mc, (long long)nc, (long long)kc,
+                                  threads, lib_name(lib), t[0] * 1e6, t[1] * 1e6, mkl_us);
+            saved = n_line > 0 && len + (size_t)n_line < sizeof text && append(fd, size, text, len + (size_t)n_line);
         }
+        from = saved ? "measured, saved to" : "measured, kept in memory;";
     }
-    bool saved = f != NULL;   /* f itself is indeterminate once closed */
-    if (f) fclose(f);         /* closes fd, and so releases the lock */
-    else if (fd >= 0) close(fd);
+    if (fd >= 0) close(fd);   /* releases the lock */
     e = slot(dt, ta, tb, threads, mc, nc, kc);
-    bool report = verbose() && e && e->used && !e->reported;
+    bool say = verbose() && e && e->used && !e->reported;
     if (e && e->used) e->reported = true;
     pthread_mutex_unlock(&lock);
-    if (report) {
-        const char *dts = dt == 'f' ? "f32" : "bf16";
-        char ob[48] = "", mk[48] = "";
-        if (t[0] > 0) snprintf(ob, sizeof ob, "openblas %.3f ms, ", t[0] * 1e3);
-        if (t[2] > 0) snprintf(mk, sizeof mk, ", mkl %.3f ms", t[2] * 1e3);
-        if (t[1] > 0)
-            fprintf(stderr, "ember: gemm %s %c%c %lldx%lldx%lld (class %lldx%lldx%lld), %d thread%s: %sonednn %.3f ms%s "
-                            "-> %s (%s %s)\n", dts, ta, tb, (long long)m, (long long)n, (long long)k,
-                    (long long)mc, (long long)nc, (long long)kc, threads, threads == 1 ? "" : "s", ob,
-                    t[1] * 1e3, mk, lib_name(lib), from, saved ? cache_path : "this process");
-        else
-            fprintf(stderr, "ember: gemm %s %c%c class %lldx%lldx%lld, %d thread%s -> %s (from %s)\n", dts, ta, tb,
-                    (long long)mc, (long long)nc, (long long)kc, threads, threads == 1 ? "" : "s", lib_name(lib),
-                    cache_path);
-    }
+    if (say || (!e && verbose()))
+        report(dt, ta, tb, m, n, k, mc, nc, kc, threads, lib, t, from, saved ? cache_path : "this process");
     return lib;
 }
 
@@ -418,5 +545,7 @@ void em__gemm_forget(void)
     memset(table, 0, sizeof table);
     table_count = 0;
     cache_init_done = false;
+    lines_warned = 0;
+    said_readonly = said_not_regular = said_write = said_lock = false;
     pthread_mutex_unlock(&lock);
 }
