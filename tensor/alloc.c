@@ -9,6 +9,7 @@
  * 2 MiB and more huge pages (system_alloc below). */
 #include "tensor/tensor_internal.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -194,14 +195,30 @@ void *em__cpu_alloc(size_t n)
     return p;
 }
 
+/* EM_CPU_CACHE_MB: a whole number of MiB, 0 to cache nothing; past 2^43 MiB
+ * it is no limit. Unset, empty or not a number: 8192, with a word on stderr
+ * for the last. */
+static int64_t cache_cap_from_env(void)
+{
+    const char *e = getenv("EM_CPU_CACHE_MB");
+    long long mb = 8192;
+    if (e && *e) {
+        char *end;
+        errno = 0;
+        long long v = strtoll(e, &end, 10);
+        while (*end == ' ' || *end == '\t' || *end == '\n') end++;
+        if (*end || end == e || v < 0)
+            fprintf(stderr, "ember: EM_CPU_CACHE_MB=%s is not a number of MiB (0 or more); using 8192\n", e);
+        else mb = errno == ERANGE || v > (INT64_MAX >> 20) ? (INT64_MAX >> 20) : v;
+    }
+    return (int64_t)mb << 20;
+}
+
 void em__cpu_free(void *p, size_t n)
 {
     if (!p) return;
     size_t r = round_size(n);
-    if (cache_cap < 0) {
-        const char *e = getenv("EM_CPU_CACHE_MB");
-        cache_cap = (e ? atoll(e) : 8192) << 20;
-    }
+    if (cache_cap < 0) cache_cap = cache_cap_from_env();
     if (em_memory_stats_get(EM_CPU).cached_bytes + (int64_t)r <= cache_cap) {
         pthread_mutex_lock(&cache_lock);
         int b = bucket_of(r);

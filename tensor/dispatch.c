@@ -54,6 +54,7 @@ const char *em__backend_absent(em_device dev, char why[160])
 em_status em__dispatch(em_kargs *k)
 {
     const em_op_def *def = &em_op_table[k->op];
+    em_num_threads();   /* this thread's OpenMP count follows the process's (tensor.c) */
     for (int i = 0; i < EM_KARGS_IN; i++)   /* every kernel's tensors pass here: the one entry check that sees all */
         if (k->in[i] && !em__live(k->in[i], def->name)) return EM_ERR_INVALID;
     for (int i = 0; i < k->nlist; i++)

@@ -32,7 +32,8 @@
  * -Wl,--no-as-needed), or sets GOMP_SPINCOUNT (or OMP_WAIT_POLICY) itself.
  *
  * The user's own OMP_WAIT_POLICY or GOMP_SPINCOUNT always wins: the variable
- * is set only when neither is. It is not removed afterwards: processes this
+ * is set only when neither is (set to an empty value counts as not set: libgomp
+ * ignores it, and would then spin its own 300,000). It is not removed afterwards: processes this
  * one starts (mpirun's ranks, say) get the same bounded spin.
  *
  * EMBER_OMP_DISPLAY=1 also sets OMP_DISPLAY_ENV=verbose (for that test).
@@ -41,7 +42,8 @@
 
 __attribute__((constructor)) static void ember_omp_env(void)
 {
-    if (!getenv("OMP_WAIT_POLICY") && !getenv("GOMP_SPINCOUNT")) setenv("GOMP_SPINCOUNT", "3000", 0);
+    const char *w = getenv("OMP_WAIT_POLICY"), *c = getenv("GOMP_SPINCOUNT");
+    if ((!w || !*w) && (!c || !*c)) setenv("GOMP_SPINCOUNT", "3000", 1);   /* an empty value chose nothing */
     const char *d = getenv("EMBER_OMP_DISPLAY");
     if (d && *d == '1') setenv("OMP_DISPLAY_ENV", "verbose", 1);
 }

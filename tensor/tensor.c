@@ -3,6 +3,8 @@
 
 #include <omp.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,24 +24,56 @@ const char *em_device_str(em_device d, char buf[16])
     return buf;
 }
 
-static int nthreads;
+/* The thread count: one for the process (EM_NUM_THREADS, else OMP_NUM_THREADS,
+ * else the cores), but OpenMP keeps it per thread (omp_set_num_threads sets the
+ * calling thread's count only). So each thread applies the process's count when
+ * it first meets it, or meets a new one: every op passes here (em__dispatch), as
+ * every GEMM does, so libraries sized by omp_get_max_threads() follow it in a
+ * worker thread too. */
+static _Atomic int nthreads;
+static _Atomic unsigned nthreads_gen = 1;
+static _Thread_local unsigned nthreads_applied;
+
+static int threads_from_env(void)
+{
+    const char *e = getenv("EM_NUM_THREADS");
+    if (e && *e) {
+        char *end;
+        long n = strtol(e, &end, 10);
+        while (*end == ' ' || *end == '\t' || *end == '\n') end++;
+        if (!*end && n > 0 && n <= 65536) return (int)n;
+        static _Atomic bool said;
+        if (!atomic_exchange(&said, true))
+            fprintf(stderr, "ember: EM_NUM_THREADS=%s is not a thread count from 1 to 65536; ignored\n", e);
+    }
+    e = getenv("OMP_NUM_THREADS");   /* libgomp's syntax: a count, or a list whose first is this level's */
+    int n = e ? atoi(e) : 0;
+    return n > 0 ? n : omp_get_num_procs();
+}
 
 int em_num_threads(void)
 {
-    if (!nthreads) {
-        const char *e = getenv("EM_NUM_THREADS");
-        if (!e) e = getenv("OMP_NUM_THREADS");
-        int n = e ? atoi(e) : 0;
-        nthreads = n > 0 ? n : omp_get_num_procs();
-        omp_set_num_threads(nthreads);
+    /* the generation before the count: a count set in between comes with a
+     * newer generation, so this thread applies it at its next call */
+    unsigned g = atomic_load(&nthreads_gen);
+    int n = atomic_load(&nthreads);
+    if (!n) {
+        int want = threads_from_env(), zero = 0;
+        if (atomic_compare_exchange_strong(&nthreads, &zero, want)) atomic_fetch_add(&nthreads_gen, 1);
+        n = atomic_load(&nthreads);
     }
-    return nthreads;
+    if (nthreads_applied != g) {
+        nthreads_applied = g;
+        omp_set_num_threads(n);
+    }
+    return n;
 }
 
 void em_set_num_threads(int n)
 {
-    nthreads = n > 0 ? n : omp_get_num_procs();
-    omp_set_num_threads(nthreads);
+    atomic_store(&nthreads, n > 0 ? n : omp_get_num_procs());
+    atomic_fetch_add(&nthreads_gen, 1);
+    em_num_threads();   /* this thread now; the others at their next op */
 }
 
 /* ---- geometry ----------------------------------------------------------------- */

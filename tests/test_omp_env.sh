@@ -5,6 +5,7 @@
 #   nothing set by the user      -> GOMP_SPINCOUNT 3000 (ember's default)
 #   GOMP_SPINCOUNT=77            -> 77 (the user's value wins)
 #   OMP_WAIT_POLICY=passive      -> 0 (the user's policy wins)
+#   OMP_WAIT_POLICY= or GOMP_SPINCOUNT= (empty) -> 3000 (no choice made)
 # This fails if the library stops being initialized before libgomp (the
 # DT_NEEDED order meson.build arranges): libgomp would then report 300000.
 # Usage: test_omp_env.sh EMBER_COMMAND
@@ -21,4 +22,6 @@ check() {  # what, got, want
 check "default" "$(spin)" 3000
 check "GOMP_SPINCOUNT=77" "$(spin GOMP_SPINCOUNT=77)" 77
 check "OMP_WAIT_POLICY=passive" "$(spin OMP_WAIT_POLICY=passive)" 0
+check "OMP_WAIT_POLICY= (empty: no choice)" "$(spin OMP_WAIT_POLICY=)" 3000
+check "GOMP_SPINCOUNT= (empty: no choice)" "$(spin GOMP_SPINCOUNT=)" 3000
 exit $fail

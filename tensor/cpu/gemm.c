@@ -66,25 +66,31 @@ bool em__on_valgrind(void) { return RUNNING_ON_VALGRIND != 0; }
 int em__gemm_mode(void)
 {
     static int mode = EM__GEMM_UNSET;
-    int m = __atomic_load_n(&mode, __ATOMIC_RELAXED);
-    if (m == EM__GEMM_UNSET) {
-        const char *e = getenv("EMBER_GEMM");
-        if (!e || !*e) m = RUNNING_ON_VALGRIND ? EM__GEMM_OPENBLAS : EM__GEMM_AUTO;
-        else if (!strcmp(e, "openblas")) m = EM__GEMM_OPENBLAS;
-        else if (!strcmp(e, "onednn")) m = EM__GEMM_ONEDNN;
-        else if (!strcmp(e, "rule")) m = EM__GEMM_RULE;
-        else if (!strcmp(e, "mkl") && em__mkl_available()) m = EM__GEMM_MKL;
-        else if (!strcmp(e, "mkl")) {
-            fprintf(stderr, "ember: EMBER_GEMM=mkl, but oneMKL is not loaded (%s); using auto\n", em__mkl_status());
-            m = EM__GEMM_AUTO;
-        } else {
-            if (strcmp(e, "auto") != 0)
-                fprintf(stderr, "ember: EMBER_GEMM=%s is not one of auto, openblas, onednn, mkl, rule; using auto\n", e);
-            m = EM__GEMM_AUTO;
-        }
-        __atomic_store_n(&mode, m, __ATOMIC_RELAXED);
+    int m = __atomic_load_n(&mode, __ATOMIC_ACQUIRE);
+    if (m != EM__GEMM_UNSET) return m;
+    const char *e = getenv("EMBER_GEMM");
+    char why[600] = "";   /* said by the one thread that sets the mode */
+    if (!e || !*e) m = RUNNING_ON_VALGRIND ? EM__GEMM_OPENBLAS : EM__GEMM_AUTO;
+    else if (!strcmp(e, "openblas")) m = EM__GEMM_OPENBLAS;
+    else if (!strcmp(e, "onednn")) m = EM__GEMM_ONEDNN;
+    else if (!strcmp(e, "rule")) m = EM__GEMM_RULE;
+    else if (!strcmp(e, "mkl") && em__mkl_available()) m = EM__GEMM_MKL;
+    else if (!strcmp(e, "mkl")) {
+        snprintf(why, sizeof why, "ember: EMBER_GEMM=mkl, but oneMKL is not loaded (%s); using auto\n",
+                 em__mkl_status());
+        m = EM__GEMM_AUTO;
+    } else {
+        if (strcmp(e, "auto") != 0)
+            snprintf(why, sizeof why, "ember: EMBER_GEMM=%.200s is not one of auto, openblas, onednn, mkl, rule; "
+                                      "using auto\n", e);
+        m = EM__GEMM_AUTO;
     }
-    return m;
+    int unset = EM__GEMM_UNSET;
+    if (__atomic_compare_exchange_n(&mode, &unset, m, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+        if (why[0]) fputs(why, stderr);
+        return m;
+    }
+    return unset;   /* another thread set it first (the same value) and said why */
 }
 
 /* The hand-made rule above (EMBER_GEMM=rule); bench/ops.c reports it too. */
@@ -147,6 +153,7 @@ void em_cpu_gemm(em_gemm_type t, bool trans_a, bool trans_b, int64_t m, int64_t 
                  double beta, void *c, int64_t ldc)
 {
     if (m <= 0 || n <= 0) return;
+    em_num_threads();   /* the libraries size themselves by this thread's OpenMP count */
     if (k <= 0) {
         /* C = beta * C; libraries differ on k = 0, so do it here. */
         size_t es = t == EM_GEMM_F32 ? 4 : 8;

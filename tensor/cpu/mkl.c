@@ -76,6 +76,8 @@ static void resolve(const char *p, char *out, size_t n)
     if (stat(p, &st) == 0 && S_ISDIR(st.st_mode)) {
         snprintf(out, n, "%s/libmkl_rt.so.3", p);
         if (stat(out, &st) != 0) snprintf(out, n, "%s/lib/libmkl_rt.so.3", p);
+    } else if (!strchr(p, '/') && stat(p, &st) == 0) {
+        snprintf(out, n, "./%s", p);   /* a file here, not a name for dlopen's search path */
     } else {
         snprintf(out, n, "%s", p);
     }
