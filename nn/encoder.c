@@ -92,6 +92,8 @@ em_tensor *em__encoder_forward(const em__encoder *enc, em_tensor *ids, em_tensor
     EM_PROPAGATE_NULL_IN(op, ids);
     EM_CHECK(ids->ndim == 2 && (ids->dtype == EM_I64 || ids->dtype == EM_I32), op,
              "input_ids must be i64/i32 [batch, seq], got %s %s", em_dtype_name(ids->dtype), em__shape_str(ids));
+    EM_CHECK(!first_only || ids->shape[1] >= 1, op,
+             "a sequence classifier reads each row's first token: input_ids %s has none", em__shape_str(ids));
     int64_t offset = enc->positions_from_ids ? enc->padding_idx + 1 : 0;   /* rows before the first position */
     EM_CHECK(ids->shape[1] + offset <= enc->max_positions, op, "sequence length %lld exceeds max_position_embeddings %lld%s",
              (long long)ids->shape[1], (long long)enc->max_positions,

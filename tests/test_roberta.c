@@ -184,6 +184,7 @@ static void run_length(int64_t S)
 }
 TU_TEST(longest_input_is_max_positions_less_the_offset, run_length(38))
 TU_MISUSE(one_token_more_is_misuse, "sequence length 39 exceeds max_position_embeddings 40 less the rows", run_length(39))
+TU_MISUSE(no_token_is_misuse, "reads each row's first token: input_ids [1,0] has none", run_length(0))
 
 int main(void)
 {
@@ -193,6 +194,6 @@ int main(void)
                  right_padded_batch_takes_the_packed_path_with_the_same_logits, parameter_names_and_count_are_hf_s,
                  save_pretrained_round_trip_gives_identical_logits, bad_folders_return_clear_errors,
                  longest_input_is_max_positions_less_the_offset);
-    tu_add_misuse_tests(tu_case(s, "misuse", 0), one_token_more_is_misuse);
+    tu_add_misuse_tests(tu_case(s, "misuse", 0), one_token_more_is_misuse, no_token_is_misuse);
     return tu_run_suite(s);
 }

@@ -150,7 +150,7 @@ START_TEST(huge_s_refused)
 {
     em_set_misuse_handler(record_misuse, NULL);
     const int64_t big[3] = {(int64_t)1 << 60, INT64_MAX, (int64_t)1 << 40};
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 3; i++) EM_SCOPE {
         misuse_seen[0] = 0;
         ck_assert_ptr_null(run_big_s(big[i]));
         ck_assert_msg(strstr(misuse_seen, "is too large"), "S = %lld: %s", (long long)big[i], misuse_seen);
