@@ -27,6 +27,7 @@
 #include "ember.h"
 
 #include <math.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,6 +50,12 @@ static em_module *load(const char *dir, bool allow_new_head)
     }
     int head = 0, other = 0;
     for (int i = 0; i < r.n_missing; i++) em_seqcls_is_head_param(r.missing[i]) ? head++ : other++;
+    if (r.n_unexpected) {   /* a config.json that does not describe its weights (fewer layers, say) */
+        fprintf(stderr, "classify: %s: the checkpoint holds %d tensor(s) the model described by config.json does not "
+                        "have:", dir, r.n_unexpected);
+        for (int i = 0; i < r.n_unexpected && i < 8; i++) fprintf(stderr, " %s", r.unexpected[i]);
+        fprintf(stderr, "%s\n", r.n_unexpected > 8 ? " ..." : "");
+    }
     if (other) {
         fprintf(stderr, "classify: %s: the checkpoint lacks %d tensor(s) of the model:", dir, other);
         for (int i = 0; i < r.n_missing; i++)
@@ -64,8 +71,9 @@ static em_module *load(const char *dir, bool allow_new_head)
     } else if (head) {
         fprintf(stderr, "classify: warning: %d head tensor(s) of %s are random (--allow_new_head)\n", head, dir);
     }
+    bool refuse = other || (head && !allow_new_head) || r.n_unexpected;
     em_load_report_free(&r);
-    if (other || (head && !allow_new_head)) {
+    if (refuse) {
         em_module_free(model);
         return NULL;
     }
@@ -80,10 +88,16 @@ static bool bf16;   /* --mixed_precision bf16 */
 static bool run_batch(em_module *model, const em_tokenizer *tok, line *l, int n, int max_len)
 {
     const char **texts = calloc((size_t)n, sizeof *texts), **pairs = calloc((size_t)n, sizeof *pairs);
-    bool any_pair = false, ok = true;
-    for (int i = 0; i < n; i++) texts[i] = l[i].text, pairs[i] = l[i].pair ? l[i].pair : "", any_pair |= l[i].pair != NULL;
     em_encoding *enc = calloc((size_t)n, sizeof *enc);
     bool *good = calloc((size_t)n, sizeof *good);
+    if (!texts || !pairs || !enc || !good) {
+        fprintf(stderr, "classify: stdin:%lld-%lld: out of memory for a batch of %d lines\n", (long long)l[0].lineno,
+                (long long)l[n - 1].lineno, n);
+        free(texts), free(pairs), free(enc), free(good);
+        return false;
+    }
+    bool any_pair = false, ok = true;
+    for (int i = 0; i < n; i++) texts[i] = l[i].text, pairs[i] = l[i].pair ? l[i].pair : "", any_pair |= l[i].pair != NULL;
     em_encode_opts eo = { .max_length = max_len };
     int n_good = 0, width = 0;
     if (em_tokenizer_encode_batch(tok, n, texts, any_pair ? pairs : NULL, &eo, enc) == EM_OK) {
@@ -103,7 +117,7 @@ static bool run_batch(em_module *model, const em_tokenizer *tok, line *l, int n,
         int64_t *types = calloc((size_t)n_good * (size_t)width, sizeof *types);
         int64_t *mask = calloc((size_t)n_good * (size_t)width, sizeof *mask);
         int32_t pad = em_tokenizer_special_ids(tok).pad;
-        for (int i = 0, r = 0; i < n; i++) {
+        for (int i = 0, r = 0; i < n && ids && types && mask; i++) {
             if (!good[i]) continue;
             for (int t = 0; t < width; t++) {
                 bool in = t < enc[i].len;
@@ -114,15 +128,21 @@ static bool run_batch(em_module *model, const em_tokenizer *tok, line *l, int n,
             r++;
         }
         int64_t shape[2] = { n_good, width };
-        em_tensor *input_ids = em_from_data(ids, 2, shape, EM_I64), *token_types = em_from_data(types, 2, shape, EM_I64);
-        em_tensor *attention = em_from_data(mask, 2, shape, EM_I64);
+        bool have = ids && types && mask;
+        em_tensor *input_ids = have ? em_from_data(ids, 2, shape, EM_I64) : NULL;
+        em_tensor *token_types = have ? em_from_data(types, 2, shape, EM_I64) : NULL;
+        em_tensor *attention = have ? em_from_data(mask, 2, shape, EM_I64) : NULL;
         free(ids), free(types), free(mask);
-        em_seqcls_output out;
-        EM_AUTOCAST_REGION(bf16 ? EM_BF16 : EM_F32) {
+        em_seqcls_output out = {0};
+        if (input_ids && token_types && attention) EM_AUTOCAST_REGION(bf16 ? EM_BF16 : EM_F32) {
             out = em_seqcls_forward(model, &(em_seqcls_inputs){
                 .input_ids = input_ids, .attention_mask = attention, .token_type_ids = token_types });
         }
-        if (!out.logits) {
+        if (!input_ids || !token_types || !attention) {
+            fprintf(stderr, "classify: stdin:%lld-%lld: out of memory for the batch's token ids\n",
+                    (long long)l[0].lineno, (long long)l[n - 1].lineno);
+            ok = false;
+        } else if (!out.logits) {
             fprintf(stderr, "classify: stdin:%lld-%lld: %s\n", (long long)l[0].lineno, (long long)l[n - 1].lineno,
                     em_last_error());
             ok = false;
@@ -165,18 +185,35 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         char key[64];
         snprintf(key, sizeof key, "%s", argv[i]);
-        for (char *c = key + 2; *c; c++)
-            if (*c == '-') *c = '_';
+        if (!strncmp(key, "--", 2))
+            for (char *c = key + 2; *c; c++)
+                if (*c == '-') *c = '_';
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        char *e = NULL;
-        if ((!strcmp(key, "--model_dir") || !strcmp(key, "--model_name_or_path")) && v) dir = argv[++i];
-        else if (!strcmp(key, "--batch_size") && v && (batch = (int)strtol(argv[++i], &e, 10)) > 0 && !*e) continue;
-        else if (!strcmp(key, "--max_length") && v && (max_len = (int)strtol(argv[++i], &e, 10)) > 2 && !*e) continue;
-        else if (!strcmp(key, "--allow_new_head")) allow_new_head = true;
-        else if (!strcmp(key, "--mixed_precision") && v && (!strcmp(v, "no") || !strcmp(v, "bf16"))) bf16 = !strcmp(argv[++i], "bf16");
+        bool takes_value = !strcmp(key, "--model_dir") || !strcmp(key, "--model_name_or_path") ||
+                           !strcmp(key, "--batch_size") || !strcmp(key, "--max_length") ||
+                           !strcmp(key, "--mixed_precision");
+        if (takes_value && !v) {
+            fprintf(stderr, "classify: %s needs a value\n", argv[i]);
+            usage(stderr);
+            return 2;
+        }
+        if (!strcmp(key, "--model_dir") || !strcmp(key, "--model_name_or_path")) dir = argv[++i];
+        else if (!strcmp(key, "--batch_size") || !strcmp(key, "--max_length")) {
+            bool is_batch = !strcmp(key, "--batch_size");
+            char *e;
+            errno = 0;
+            long x = strtol(argv[++i], &e, 10);
+            long lo = is_batch ? 1 : 3, hi = is_batch ? 65536 : 1000000;
+            if (!*argv[i] || *e || errno || x < lo || x > hi) {
+                fprintf(stderr, "classify: %s %s: want a whole number from %ld to %ld\n", argv[i - 1], argv[i], lo, hi);
+                return 2;
+            }
+            *(is_batch ? &batch : &max_len) = (int)x;
+        } else if (!strcmp(key, "--allow_new_head")) allow_new_head = true;
+        else if (!strcmp(key, "--mixed_precision") && (!strcmp(v, "no") || !strcmp(v, "bf16"))) bf16 = !strcmp(argv[++i], "bf16");
         else if (!strcmp(key, "-h") || !strcmp(key, "--help")) { usage(stdout); return 0; }
         else {
-            fprintf(stderr, "classify: bad argument %s%s%s\n", argv[i], e ? " " : "", e ? argv[i] : "");
+            fprintf(stderr, "classify: bad argument %s%s%s\n", argv[i], takes_value ? " " : "", takes_value ? v : "");
             usage(stderr);
             return 2;
         }
@@ -208,6 +245,12 @@ int main(int argc, char **argv)
         return 2;
     }
     line *lines = calloc((size_t)batch, sizeof *lines);
+    if (!lines) {
+        fprintf(stderr, "classify: out of memory for a batch of %d lines\n", batch);
+        em_tokenizer_free(tok);
+        em_module_free(model);
+        return 2;
+    }
     int n = 0, status = 0;
     char *buf = NULL;
     size_t cap = 0;
@@ -218,17 +261,36 @@ int main(int argc, char **argv)
     if (bf16) em_autocast_begin(EM_BF16);
     for (int64_t lineno = 1; (len = getline(&buf, &cap, stdin)) >= 0; lineno++) {
         while (len > 0 && (buf[len - 1] == '\n' || buf[len - 1] == '\r')) buf[--len] = 0;
+        if (memchr(buf, 0, (size_t)len)) {   /* text is never NUL: the line would be cut short silently */
+            fprintf(stderr, "classify: stdin:%lld: a NUL byte in the line (skipped)\n", (long long)lineno);
+            status = 1;
+            continue;
+        }
         char *pair = strchr(buf, '\t');
         if (pair) *pair++ = 0;
         lines[n] = (line){ strdup(buf), pair ? strdup(pair) : NULL, lineno };
+        if (!lines[n].text || (pair && !lines[n].pair)) {
+            fprintf(stderr, "classify: stdin:%lld: out of memory\n", (long long)lineno);
+            free(lines[n].text), free(lines[n].pair);
+            status = 1;
+            break;
+        }
         if (++n == batch) {
             if (!run_batch(model, tok, lines, n, max_len)) status = 1;
             for (int i = 0; i < n; i++) free(lines[i].text), free(lines[i].pair);
             n = 0;
         }
     }
+    if (ferror(stdin)) {
+        fprintf(stderr, "classify: cannot read stdin: %s\n", strerror(errno));
+        status = 1;
+    }
     if (n && !run_batch(model, tok, lines, n, max_len)) status = 1;
     if (bf16) em_autocast_end();
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "classify: cannot write stdout: %s\n", strerror(errno));
+        status = 1;
+    }
     for (int i = 0; i < n; i++) free(lines[i].text), free(lines[i].pair);
     free(lines), free(buf);
     em_tokenizer_free(tok);

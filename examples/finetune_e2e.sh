@@ -42,6 +42,13 @@ resume)
     [ -z "$(ls "$work/tmp")" ] || fail "left behind after SIGTERM: $(ls "$work/tmp")"
     echo "ok: temporary folders removed after an error and after SIGTERM"
     args="--epochs 3 --checkpointing_steps 25 --checkpoints_total_limit 2"
+    # a first checkpoint cut short leaves only its .tmp-* folder: "latest" starts from the beginning
+    mkdir -p "$work/cut/checkpoints/checkpoint_0.tmp-ember"
+    "$seqcls" --epochs 1 --train_size 64 --dev_size 32 --output_dir "$work/cut" --resume_from_checkpoint latest \
+        >"$work/cut.log" 2>&1 || { cat "$work/cut.log"; fail "resume latest beside a cut-short checkpoint"; }
+    grep -q "no checkpoint in .* yet: starting from the beginning" "$work/cut.log" ||
+        { cat "$work/cut.log"; fail "a .tmp-* folder was taken for a checkpoint"; }
+    echo "ok: a cut-short checkpoint folder is not a checkpoint"
     "$seqcls" $args --output_dir "$work/u" >"$work/u.log" 2>&1 || { cat "$work/u.log"; fail "uninterrupted run"; }
     "$seqcls" $args --output_dir "$work/r" >"$work/r1.log" 2>&1 &
     pid=$!
@@ -144,6 +151,45 @@ pretrained)
     expect_fail "classify with a vocabulary larger than the embedding" "embedding only 100 rows" \
         "$classify" --model_dir "$work/big" --allow_new_head
     expect_fail "an unknown option" "unknown option --bogus" "$seqcls" --bogus 1
+    # hostile values and inputs, each refused by name (or, for --max_length, cut as run_glue does)
+    { printf 'sentence\tlabel\n'; printf 'a film\tupbeat\n'; printf 'the plot\t glum\n'; } >"$work/blank.tsv"
+    expect_fail "a label with a blank at its edge" "$work/blank.tsv:3: the label \" glum\" starts or ends with a blank" \
+        "$seqcls" $common --train_file "$work/blank.tsv" --validation_file "$work/dev.tsv"
+    expect_fail "an infinite learning rate" "--learning_rate must be a finite number > 0" \
+        "$seqcls" $common --train_file "$work/train.tsv" --validation_file "$work/dev.tsv" --learning_rate inf
+    expect_fail "a negative weight decay" "--weight_decay must be a finite number >= 0" \
+        "$seqcls" $common --train_file "$work/train.tsv" --validation_file "$work/dev.tsv" --weight_decay -5
+    expect_fail "a NaN clip norm" "--max_grad_norm must be a finite number >= 0" \
+        "$seqcls" $common --train_file "$work/train.tsv" --validation_file "$work/dev.tsv" --max_grad_norm nan
+    expect_fail "more steps than epochs can count" "epochs of" \
+        "$seqcls" $common --train_file "$work/train.tsv" --validation_file "$work/dev.tsv" --max_train_steps 10737418240
+    long=$(printf '%0950d' 0)
+    expect_fail "a path past the buffers" "--output_dir is 950 bytes long; at most 900" \
+        "$seqcls" $common --train_file "$work/train.tsv" --validation_file "$work/dev.tsv" --output_dir "$long"
+    "$seqcls" --model_name_or_path "$m" --max_length 100 --max_train_steps 2 --mixed_precision no \
+        --train_file "$work/train.tsv" --validation_file "$work/dev.tsv" >"$work/ml.log" 2>&1 ||
+        { cat "$work/ml.log"; fail "--max_length past the model's positions stopped the run"; }
+    grep -q -- "--max_length 100 is longer than the model takes (32 positions" "$work/ml.log" ||
+        { cat "$work/ml.log"; fail "--max_length past the model's positions was not said"; }
+    echo "ok: --max_length 100 on a 32-position model: cut to 32, said"
+    expect_fail "classify --batch_size 0" "--batch_size 0: want a whole number from 1" \
+        "$classify" --model_dir "$work/out" --batch_size 0
+    expect_fail "classify --max_length past int" "--max_length 4294967299: want a whole number" \
+        "$classify" --model_dir "$work/out" --max_length 4294967299
+    printf 'a superb film\nbad\000byte\nthe plot was dull\n' | "$classify" --model_dir "$work/out" >"$work/nul.out" 2>"$work/nul.err" &&
+        fail "classify with a NUL byte exited 0"
+    grep -q "stdin:2: a NUL byte" "$work/nul.err" || { cat "$work/nul.err"; fail "the NUL byte was not said"; }
+    [ "$(awk '{print $3}' "$work/nul.out" | tr '\n' ' ')" = "upbeat glum " ] || fail "the lines around the NUL byte"
+    echo "ok: classify names a NUL byte's line and classifies the others"
+    expect_fail "classify reading a directory" "cannot read stdin" sh -c "\"$classify\" --model_dir \"$work/out\" < \"$work\""
+    if [ -w /dev/full ]; then
+        echo 'a good film' | "$classify" --model_dir "$work/out" >/dev/full 2>"$work/full.err" && fail "classify > /dev/full exited 0"
+        grep -q "cannot write stdout" "$work/full.err" || { cat "$work/full.err"; fail "a failed write was not said"; }
+        echo "ok: classify > /dev/full fails and says so"
+    fi
+    cp -r "$work/out" "$work/fewer" && sed 's/"num_hidden_layers": 2/"num_hidden_layers": 1/' "$work/out/config.json" >"$work/fewer/config.json"
+    expect_fail "classify with a config.json of fewer layers than its weights" "the model described by config.json does not have" \
+        "$classify" --model_dir "$work/fewer"
     expect_fail "resume latest without an output dir" "need --output_dir" "$seqcls" --resume_from_checkpoint latest
     ;;
 minilm)

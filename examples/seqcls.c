@@ -153,8 +153,10 @@ static bool has_checkpoint(const char *output_dir)
     snprintf(path, sizeof path, "%s/checkpoints", output_dir);
     DIR *d = opendir(path);
     if (!d) return false;
-    bool found = false;
-    for (struct dirent *e; !found && (e = readdir(d));) found = !strncmp(e->d_name, "checkpoint_", 11);
+    bool found = false;   /* checkpoint_<digits> only: a .tmp-* folder is a save cut short */
+    for (struct dirent *e; !found && (e = readdir(d));)
+        found = !strncmp(e->d_name, "checkpoint_", 11) && e->d_name[11] &&
+                strspn(e->d_name + 11, "0123456789") == strlen(e->d_name + 11);
     closedir(d);
     return found;
 }
@@ -215,7 +217,7 @@ int main(int argc, char **argv)
     bool main_process = em_accelerator_is_main_process(accelerator);
 
     /* data: the user's files, or the built-in task written to a temporary folder */
-    char tmp[256] = "", train_path[512], dev_path[512];
+    char tmp[256] = "", train_path[1024], dev_path[1024];
     if (a.train) {
         snprintf(train_path, sizeof train_path, "%s", a.train);
         snprintf(dev_path, sizeof dev_path, "%s", a.dev);
@@ -239,18 +241,10 @@ int main(int argc, char **argv)
     seqcls_labels labels;
     em_dataset *train_ds, *dev_ds;
     if (seqcls_read_table(train_path, &a, &train_t) || seqcls_read_table(dev_path, &a, &dev_t) ||
-        seqcls_find_labels(train_t, &a, &labels) || seqcls_make_dataset(train_t, tok, &a, &labels, &train_ds) ||
-        seqcls_make_dataset(dev_t, tok, &a, &labels, &dev_ds)) {
+        seqcls_find_labels(train_t, &a, &labels)) {
         seqcls_remove_builtin(tmp);
         exit(1);
     }
-    em_table_free(train_t), em_table_free(dev_t);
-    seqcls_remove_builtin(tmp);
-    if (!a.train && !a.label_names) {   /* the built-in task's labels have names */
-        free(labels.names[0]), free(labels.names[1]);
-        labels.names[0] = strdup("negative"), labels.names[1] = strdup("positive");
-    }
-
     em_module *model;
     if (a.model_dir) {
         model = load_model(a.model_dir, labels.n, a.allow_fresh_encoder, main_process);
@@ -266,6 +260,27 @@ int main(int argc, char **argv)
         if (!m) DIE("%s", em_last_error());
         model = &m->base;
     }
+    /* as run_glue: a --max_length past the model's positions is cut to them, said once
+     * (an input that long would stop the run at its first long batch) */
+    int64_t model_max = em_seqcls_get_info(model).max_length;
+    if (model_max > 0 && a.max_len > model_max) {
+        em_accelerator_print(accelerator, "seqcls: --max_length %lld is longer than the model takes (%lld positions, "
+                                          "%s/config.json); using %lld\n", (long long)a.max_len,
+                             (long long)model_max, a.model_dir ? a.model_dir : "the model", (long long)model_max);
+        a.max_len = (int)model_max;
+    }
+    if (seqcls_make_dataset(train_t, tok, &a, &labels, &train_ds) ||
+        seqcls_make_dataset(dev_t, tok, &a, &labels, &dev_ds)) {
+        seqcls_remove_builtin(tmp);
+        exit(1);
+    }
+    em_table_free(train_t), em_table_free(dev_t);
+    seqcls_remove_builtin(tmp);
+    if (!a.train && !a.label_names) {   /* the built-in task's labels have names */
+        free(labels.names[0]), free(labels.names[1]);
+        labels.names[0] = strdup("negative"), labels.names[1] = strdup("positive");
+    }
+
     em_seqcls_set_labels(model, labels.n, (const char *const *)labels.names);
 
     em_dataloader *loader, *dev_loader;
@@ -295,7 +310,10 @@ int main(int argc, char **argv)
     int epochs = a.epochs;
     if (a.max_train_steps) {   /* as run_glue_no_trainer: max_train_steps wins and sets the epochs */
         steps = a.max_train_steps;
-        epochs = (int)((steps + per_epoch - 1) / per_epoch);
+        int64_t e = per_epoch > 0 ? steps / per_epoch + (steps % per_epoch != 0) : 0;
+        if (e > 1000000) DIE("--max_train_steps %lld is %lld epochs of %lld steps: more than the 1,000,000 this takes",
+                             (long long)steps, (long long)e, (long long)per_epoch);
+        epochs = (int)e;
     }
     int64_t warmup = a.warmup >= 0 ? a.warmup : (steps + 9) / 10;
     em_scheduler *scheduler = em_linear_schedule_with_warmup(optimizer, warmup, steps);

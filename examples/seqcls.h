@@ -28,6 +28,8 @@ typedef struct seqcls_args {
 
 /* Parses argv into *a; prints the problem and returns false on a bad command
  * line. --help prints usage and exits 0. */
+/* The longest path option taken (the program's buffers hold it with its suffixes). */
+#define SEQCLS_MAX_PATH 900
 bool seqcls_parse_args(int argc, char **argv, seqcls_args *a);
 void seqcls_usage(FILE *f);
 

@@ -4,6 +4,7 @@
  * (--train, --dev, --epochs, --lr, ...) keep working as aliases. */
 #include "seqcls.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -160,7 +161,24 @@ bool seqcls_parse_args(int argc, char **argv, seqcls_args *a)
                     : a->dim < 1 || a->layers < 1 || a->heads < 1 || a->dim % a->heads
                         ? "--dim, --layers and --heads must be >= 1, and dim a multiple of heads"
                     : a->train_size < 1 || a->dev_size < 1 ? "--train_size and --dev_size must be >= 1"
+                    : a->hidden < 0 ? "--hidden must be >= 0 (0: 4 * dim)"
+                    : a->lr != -1 && !(isfinite(a->lr) && a->lr > 0) ? "--learning_rate must be a finite number > 0"
+                    : !(isfinite(a->weight_decay) && a->weight_decay >= 0)
+                        ? "--weight_decay must be a finite number >= 0"
+                    : !(isfinite(a->clip) && a->clip >= 0) ? "--max_grad_norm must be a finite number >= 0 (0: off)"
                     : NULL;
+    /* paths go into fixed buffers with a suffix or two (seqcls.c): refuse what would be cut */
+    const struct { const char *name, *v; } paths[] = {
+        {"--train_file", a->train}, {"--validation_file", a->dev}, {"--model_name_or_path", a->model_dir},
+        {"--vocab", a->vocab}, {"--output_dir", a->output_dir}, {"--log", a->log},
+        {"--tensorboard", a->tensorboard}, {"--results_json", a->results_json},
+        {"--resume_from_checkpoint", a->resume}};
+    for (size_t j = 0; !bad && j < sizeof paths / sizeof *paths; j++)
+        if (paths[j].v && strlen(paths[j].v) > SEQCLS_MAX_PATH) {
+            fprintf(stderr, "seqcls: %s is %zu bytes long; at most %d\n", paths[j].name, strlen(paths[j].v),
+                    SEQCLS_MAX_PATH);
+            return false;
+        }
     if (!bad && a->checkpointing_steps && strcmp(a->checkpointing_steps, "epoch")) {
         char *e;
         long long n = strtoll(a->checkpointing_steps, &e, 10);

@@ -3,6 +3,7 @@
 #include "seqcls.h"
 
 #include <signal.h>
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -93,9 +94,12 @@ em_status seqcls_find_labels(const em_table *t, const seqcls_args *a, seqcls_lab
         int i = 0;
         while (i < n && strcmp(keys[i], s)) i++;
         if (i < n) continue;
-        if (n == MAX_LABELS || !*s) {
-            fprintf(stderr, "seqcls: %s:%lld: %s\n", em_table_path(t), (long long)em_table_line(t, r),
-                    *s ? "more than 10000 distinct labels: is --label_column right?" : "empty label");
+        size_t len = strlen(s);
+        bool blank_edge = len && (isspace((unsigned char)s[0]) || isspace((unsigned char)s[len - 1]));
+        if (n == MAX_LABELS || !*s || blank_edge) {
+            fprintf(stderr, "seqcls: %s:%lld: %s%s%s\n", em_table_path(t), (long long)em_table_line(t, r),
+                    !*s ? "empty label" : blank_edge ? "the label \"" : "more than 10000 distinct labels: is --label_column right?",
+                    blank_edge ? s : "", blank_edge ? "\" starts or ends with a blank (\"1\" and \" 1\" would be two labels)" : "");
             for (int k = 0; k < n; k++) free(keys[k]);
             free(keys);
             return EM_ERR_INVALID;
