@@ -52,21 +52,37 @@ int ember_cmd_config(int argc, char **argv)
         return 2;
     }
     if (!by_flags && !just_default) {
-        launch_config_load(&c, path, true);   /* current values become the suggestions */
-        char line[512];
-        for (int i = 0; i < CFG_COUNT; i++) {
+        /* current values become the suggestions; a file that does not load is not
+         * rewritten from what could be read of it (its other settings would go) */
+        if (!launch_config_load(&c, path, true)) {
+            fprintf(stderr, "ember config: %s was left as it is; mend it, or remove it and run ember config again\n",
+                    path);
+            launch_config_free(&c);
+            return 1;
+        }
+        char *line = NULL;
+        size_t cap = 0;
+        for (int i = 0; i < CFG_COUNT && ok; i++) {
             const char *cur = launch_config_get(&c, i);
             for (;;) {
                 printf("%s (%s) [%s]: ", c.s[i].key, c.s[i].help, *cur ? cur : "auto");
                 fflush(stdout);
-                if (!fgets(line, sizeof line, stdin)) {
-                    line[0] = 0;
+                if (getline(&line, &cap, stdin) < 0) {   /* as Accelerate's EOFError: nothing is written */
+                    fprintf(stderr, "\nember config: the answers ended before the questions; %s was not written\n",
+                            path);
+                    ok = false;
+                    break;
                 }
                 line[strcspn(line, "\r\n")] = 0;
                 if (!line[0]) break;   /* keep */
                 if (launch_config_set(&c, c.s[i].key, line, SRC_FLAG, "answer")) break;
             }
-            if (!c.s[i].value && *cur) launch_config_set(&c, c.s[i].key, cur, SRC_CONFIG, "default");
+            if (ok && !c.s[i].value && *cur) launch_config_set(&c, c.s[i].key, cur, SRC_CONFIG, "default");
+        }
+        free(line);
+        if (!ok) {
+            launch_config_free(&c);
+            return 1;
         }
     } else if (just_default) {
         for (int i = 0; i < CFG_COUNT; i++)

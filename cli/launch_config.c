@@ -2,6 +2,7 @@
 #include "launch_config.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -37,16 +38,40 @@ int launch_config_find(const char *key)
     return -1;
 }
 
+/* A count from 0 (or 1) to 2^20, digits only: anything longer would wrap in
+ * the int it becomes (launch.c), and no job has more processes or machines. */
 static bool is_uint(const char *v, bool allow_zero)
 {
-    if (!*v) return false;
+    if (!*v || strlen(v) > 7) return false;
     for (const char *p = v; *p; p++)
         if (*p < '0' || *p > '9') return false;
-    return allow_zero || atol(v) > 0;
+    long n = atol(v);
+    return n <= LAUNCH_MAX_COUNT && (allow_zero || n > 0);
+}
+
+/* Well-formed UTF-8 (no overlong forms, no surrogates): libyaml refuses to
+ * write anything else, and a value it refused once took the emitter down. */
+static bool utf8_ok(const char *v)
+{
+    const unsigned char *p = (const unsigned char *)v;
+    while (*p) {
+        int n = *p < 0x80 ? 0 : (*p & 0xE0) == 0xC0 ? 1 : (*p & 0xF0) == 0xE0 ? 2 : (*p & 0xF8) == 0xF0 ? 3 : -1;
+        if (n < 0 || (n == 1 && *p < 0xC2) || (n == 3 && *p > 0xF4)) return false;
+        unsigned cp = n ? *p & (0x3F >> n) : *p;
+        for (int i = 1; i <= n; i++) {
+            if ((p[i] & 0xC0) != 0x80) return false;
+            cp = cp << 6 | (p[i] & 0x3F);
+        }
+        if ((n == 2 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) || (n == 3 && (cp < 0x10000 || cp > 0x10FFFF)))
+            return false;
+        p += n + 1;
+    }
+    return true;
 }
 
 static bool valid(int id, const char *v)
 {
+    if (!utf8_ok(v)) return false;
     switch (id) {
     case CFG_DISTRIBUTED_TYPE: return !strcmp(v, "NO") || !strcmp(v, "MULTI_CPU") || !strcmp(v, "MULTI_GPU");
     case CFG_NUM_PROCESSES: case CFG_NUM_MACHINES: case CFG_GRAD_ACCUM: return is_uint(v, false);
@@ -108,10 +133,22 @@ const char *launch_config_default_path(char *buf, size_t cap)
 
 bool launch_config_load(launch_config *c, const char *path, bool optional)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);   /* a FIFO must not block the open */
+    if (fd < 0) {
         if (optional && errno == ENOENT) return true;
         fprintf(stderr, "%s: cannot open: %s\n", path, strerror(errno));
+        return false;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        fprintf(stderr, "%s: not a regular file%s\n", path, S_ISDIR(st.st_mode) ? " (a directory)" : "");
+        close(fd);
+        return false;
+    }
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        fprintf(stderr, "%s: cannot open: %s\n", path, strerror(errno));
+        close(fd);
         return false;
     }
     yaml_parser_t p;
@@ -138,6 +175,16 @@ bool launch_config_load(launch_config *c, const char *path, bool optional)
         case YAML_SEQUENCE_START_EVENT:
             fprintf(stderr, "%s: lists are not supported here\n", where);
             ok = false;
+            break;
+        case YAML_ALIAS_EVENT:   /* skipping it would pair the next key with this one */
+            fprintf(stderr, "%s: aliases (*name) are not supported here\n", where);
+            ok = false;
+            break;
+        case YAML_MAPPING_END_EVENT:
+            if (key) { fprintf(stderr, "%s: '%s' has no value\n", where, key); ok = false; }
+            break;
+        case YAML_DOCUMENT_START_EVENT:
+            if (in_map) { fprintf(stderr, "%s: one document (one mapping of settings) only\n", where); ok = false; }
             break;
         case YAML_SCALAR_EVENT: {
             const char *v = (const char *)ev.data.scalar.value;
@@ -184,19 +231,21 @@ bool launch_config_save(const launch_config *c, const char *path)
     yaml_emitter_initialize(&e);
     yaml_emitter_set_output_file(&e, f);
     int ok = 1;
-    yaml_stream_start_event_initialize(&ev, YAML_UTF8_ENCODING); ok &= emit(&e, &ev);
-    yaml_document_start_event_initialize(&ev, NULL, NULL, NULL, 1); ok &= emit(&e, &ev);
-    yaml_mapping_start_event_initialize(&ev, NULL, NULL, 1, YAML_BLOCK_MAPPING_STYLE); ok &= emit(&e, &ev);
+    ok = yaml_stream_start_event_initialize(&ev, YAML_UTF8_ENCODING) && emit(&e, &ev);
+    ok = ok && yaml_document_start_event_initialize(&ev, NULL, NULL, NULL, 1) && emit(&e, &ev);
+    ok = ok && yaml_mapping_start_event_initialize(&ev, NULL, NULL, 1, YAML_BLOCK_MAPPING_STYLE) && emit(&e, &ev);
     for (int i = 0; i < CFG_COUNT && ok; i++) {
         if (!c->s[i].value) continue;
-        yaml_scalar_event_initialize(&ev, NULL, NULL, (yaml_char_t *)c->s[i].key, -1, 1, 1, YAML_PLAIN_SCALAR_STYLE);
-        ok &= emit(&e, &ev);
-        yaml_scalar_event_initialize(&ev, NULL, NULL, (yaml_char_t *)c->s[i].value, -1, 1, 1, YAML_ANY_SCALAR_STYLE);
-        ok &= emit(&e, &ev);
+        /* an event libyaml refuses to make (a value that is not UTF-8; set() refuses those
+         * first) must not be emitted: the emitter would free the previous one again */
+        ok = yaml_scalar_event_initialize(&ev, NULL, NULL, (yaml_char_t *)c->s[i].key, -1, 1, 1,
+                                          YAML_PLAIN_SCALAR_STYLE) && emit(&e, &ev);
+        ok = ok && yaml_scalar_event_initialize(&ev, NULL, NULL, (yaml_char_t *)c->s[i].value, -1, 1, 1,
+                                                YAML_ANY_SCALAR_STYLE) && emit(&e, &ev);
     }
-    yaml_mapping_end_event_initialize(&ev); ok &= emit(&e, &ev);
-    yaml_document_end_event_initialize(&ev, 1); ok &= emit(&e, &ev);
-    yaml_stream_end_event_initialize(&ev); ok &= emit(&e, &ev);
+    ok = ok && yaml_mapping_end_event_initialize(&ev) && emit(&e, &ev);
+    ok = ok && yaml_document_end_event_initialize(&ev, 1) && emit(&e, &ev);
+    ok = ok && yaml_stream_end_event_initialize(&ev) && emit(&e, &ev);
     yaml_emitter_delete(&e);
     ok &= fflush(f) == 0 && fsync(fileno(f)) == 0;
     ok &= fclose(f) == 0;

@@ -10,6 +10,9 @@
 
 typedef enum { SRC_DEFAULT = 0, SRC_CONFIG, SRC_ENV, SRC_FLAG } value_source;
 
+/* The largest process count, machine count, rank or step count taken. */
+#define LAUNCH_MAX_COUNT (1 << 20)
+
 /* One setting: its text value (NULL = unset) and where it came from. */
 typedef struct setting {
     const char *key;          /* YAML key and --flag name */

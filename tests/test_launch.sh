@@ -36,5 +36,28 @@ check "YAML syntax error names the file" "$("$ember" launch --config_file "$dir/
 check "bad flag value" "$("$ember" launch --mixed_precision fp8 ./prog 2>&1)" "invalid value 'fp8' for mixed_precision"
 check "multi-machine needs a hostfile" "$("$ember" launch --num_machines 2 --num_processes 4 ./prog 2>&1)" "needs --hostfile"
 check "real run on 2 ranks" "$("$ember" launch --quiet --num_processes 2 sh -c 'echo rank=$OMPI_COMM_WORLD_RANK' 2>&1 | sort | tr '\n' ' ')" "rank=0 rank=1"
+# hostile configs and answers: refused by name, nothing half-written, nothing hangs
+printf 'num_processes: 2\nhostfile: *a\nmixed_precision: bf16\n' > "$dir/alias.yaml"
+check "a YAML alias is refused" "$("$ember" launch --config_file "$dir/alias.yaml" --dry_run ./prog 2>&1)" "$dir/alias.yaml:2: aliases (*name) are not supported"
+check "a count past the limit is refused" "$("$ember" launch --num_processes 4294967297 --dry_run ./prog 2>&1)" "invalid value '4294967297' for num_processes"
+mkfifo "$dir/fifo.yaml"
+check "a FIFO config is refused, not read" "$(timeout 20 "$ember" launch --config_file "$dir/fifo.yaml" --dry_run ./prog 2>&1; echo "rc=$?")" "$dir/fifo.yaml: not a regular file"
+out=$(timeout 20 "$ember" config --config_file "$dir/u.yaml" --hostfile "$(printf 'h\377')" 2>&1); rc=$?
+check "a value that is not UTF-8 is refused" "$out rc=$rc" "invalid value"
+check "... with status 2" "rc=$rc" "rc=2"
+check "... and nothing written" "$(ls "$dir" | grep -c 'u.yaml')" "0"
+printf 'num_processes: 4\nmixed_precision: bf16\nbogus: 1\n' > "$dir/keep.yaml"
+cp "$dir/keep.yaml" "$dir/keep.orig"
+"$ember" config --config_file "$dir/keep.yaml" </dev/null >/dev/null 2>&1; rc=$?
+check "interactive config over a file that does not load fails" "rc=$rc" "rc=1"
+check "... and leaves the file as it was" "$(cmp "$dir/keep.yaml" "$dir/keep.orig" && echo same)" "same"
+out=$(printf '\n\n' | "$ember" config --config_file "$dir/eof.yaml" 2>&1); rc=$?
+check "answers ending early write nothing" "$out rc=$rc" "was not written"
+check "... with status 1" "rc=$rc" "rc=1"
+check "... and no file" "$(ls "$dir" | grep -c 'eof.yaml')" "0"
+long=$(printf '%0600d' 0)
+printf '\n\n\n\n%s\n\n\n\n\n' "$dir/$long" | "$ember" config --config_file "$dir/long.yaml" >/dev/null 2>&1
+check "a long answer is kept whole" "$(cat "$dir/long.yaml")" "$long"
+check "... and does not answer the next question" "$(cat "$dir/long.yaml")" "mixed_precision: no"
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
