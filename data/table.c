@@ -302,24 +302,6 @@ done:
 
 /* ---- JSONL ------------------------------------------------------------------------- */
 
-/* The 1-based column of the first \u0000 escape in a JSON line (a backslash
- * that is not itself escaped, then u0000), or 0. */
-static size_t nul_escape(const char *p, size_t n)
-{
-    size_t run = 0;   /* backslashes just before p[i] */
-    for (size_t i = 0; i < n; i++) {
-        if (p[i] == '\\') {
-            run++;
-            continue;
-        }
-        if (p[i] == 'u' && run % 2 == 1 && i + 4 < n && p[i + 1] == '0' && p[i + 2] == '0' && p[i + 3] == '0' &&
-            p[i + 4] == '0')
-            return i;   /* the column of the backslash: i - 1, 1-based: i */
-        run = 0;
-    }
-    return 0;
-}
-
 typedef struct arena {
     char *s;
     size_t n, cap;
@@ -380,7 +362,23 @@ static em_status jsonl_row(em_table *t, builder *b, arena *a, const cJSON *obj, 
 }
 
 /* Columns from the caller's list, or (fields NULL) the keys of the first object. */
-static em_status jsonl_columns(em_table *t, const char *const *fields, int nfields, const cJSON *first)
+static int cmp_name(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
+
+/* The first key named twice among the n names, or NULL (sorted copy: n log n). */
+static const char *repeated_name(const char *const *names, int n)
+{
+    const char **v = n > 1 ? em__malloc(sizeof *v * (size_t)n) : NULL;
+    if (!v) return NULL;
+    memcpy(v, names, sizeof *v * (size_t)n);
+    qsort(v, (size_t)n, sizeof *v, cmp_name);
+    const char *dup = NULL;
+    for (int i = 1; i < n && !dup; i++)
+        if (!strcmp(v[i - 1], v[i])) dup = v[i];
+    em__free(v);
+    return dup;
+}
+
+static em_status jsonl_columns(em_table *t, const char *const *fields, int nfields, const cJSON *first, long long line)
 {
     int n = 0;
     size_t chars = 0;
@@ -402,6 +400,10 @@ static em_status jsonl_columns(em_table *t, const char *const *fields, int nfiel
         s += k;
     }
     t->cols = n;
+    const char *dup = fields ? NULL : repeated_name((const char *const *)t->names, n);
+    if (dup)   /* two columns of one name would both read one key's value */
+        return em__fail(EM_ERR_FORMAT, "%s:%lld: the key \"%s\" appears twice in the first object, which names the "
+                        "columns", t->path, line, dup);
     return EM_OK;
 }
 
@@ -449,19 +451,19 @@ static em_status parse_jsonl(em_table *t, char *buf, size_t start, size_t len, c
             st = em__fail(EM_ERR_FORMAT, "%s:%lld:%zu: expected a JSON object, found %s", t->path, (long long)line,
                           k - s + 1, em__json_kind(obj));
         /* "\u0000" would cut the string short in silence (cells are NUL-terminated) */
-        size_t nul = st ? 0 : nul_escape(buf + s, e - s);
+        size_t nul = st ? 0 : em__json_nul_escape(buf + s, e - s);
         if (nul)
             st = em__fail(EM_ERR_FORMAT, "%s:%lld:%zu: a string holds \\u0000 (a NUL character), which ember's text "
                           "cells cannot hold", t->path, (long long)line, nul);
         if (!st && !have_cols) {
-            st = jsonl_columns(t, fields, nfields, obj);
+            st = jsonl_columns(t, fields, nfields, obj, (long long)line);
             have_cols = true;
         }
         if (!st) st = jsonl_row(t, &b, &a, obj, line);
         cJSON_Delete(obj);
         if (st) break;
     }
-    if (!st && !have_cols) st = jsonl_columns(t, fields, nfields, NULL);
+    if (!st && !have_cols) st = jsonl_columns(t, fields, nfields, NULL, 0);
     if (st) {
         em__free(a.s);
         return st;

@@ -134,10 +134,15 @@ static em_status read_json(const char *path, cJSON **out)
     em__json_init();
     em_clear_error();
     const char *end = NULL;
-    cJSON *j = cJSON_ParseWithLengthOpts(buf, n, &end, false);
+    size_t nul = em__json_nul_escape(buf, n);
+    cJSON *j = nul ? NULL : cJSON_ParseWithLengthOpts(buf, n, &end, false);
     em_status st = EM_OK;
     int line, col;
-    if (!j && em_last_status() == EM_ERR_OOM) {
+    if (nul) {   /* a token or name cut at its NUL would silently be another one */
+        line_col(buf, nul - 1, &line, &col);
+        st = em__fail(EM_ERR_FORMAT, "%s: line %d, column %d: a string holds \\u0000 (a NUL character), which no "
+                      "token or name can hold", path, line, col);
+    } else if (!j && em_last_status() == EM_ERR_OOM) {
         st = em__fail(EM_ERR_OOM, "%s: out of memory parsing the JSON", path);
     } else if (!j) {
         size_t off = end && end >= buf && end <= buf + n ? (size_t)(end - buf) : n;
@@ -705,7 +710,8 @@ em_status em_tokenizer_from_pretrained(const char *dir, const em_tokenizer_opts 
             (st = parse_trunc_pad(root, path, &info, &trunc_json, &pad_json, &strategy)))
             goto done;
         const cJSON *pd = get(root, "padding");
-        if (cJSON_IsObject(pd)) opt_str(pd, "pad_token", path, "padding.pad_token", &pipe.pad_token);
+        if (cJSON_IsObject(pd) && (st = opt_str(pd, "pad_token", path, "padding.pad_token", &pipe.pad_token)))
+            goto done;
         if (pipe.pp_null && !from_cfg) {
             st = em__fail(EM_ERR_UNSUPPORTED, "%s: post_processor is null (not supported: the tokenizer would add no "
                           "[CLS] and [SEP], ember adds them)", path);

@@ -725,11 +725,26 @@ static em_status load_group_meta(const em_optimizer *o, em_safetensors *st, cons
     if (ng->has_initial_lr && !parse_num(v, &ng->initial_lr)) return BAD_META();
 #undef GET
 #undef BAD_META
-    if (!(ng->lr >= 0 && ng->weight_decay >= 0 && (!ng->has_initial_lr || ng->initial_lr >= 0)))
+    if (!(ng->lr >= 0 && ng->weight_decay >= 0 && (!ng->has_initial_lr || ng->initial_lr >= 0) &&
+          isfinite(ng->lr) && isfinite(ng->weight_decay) && (!ng->has_initial_lr || isfinite(ng->initial_lr))))
         return em__fail(EM_ERR_INVALID, "%s: group %d has an out-of-range hyperparameter", path, g);
     em__meta_in mi = {st, path, g};
     em_status s = em__meta_flag(&mi, "maximize", o->maximize);
     return s ? s : K->load_meta(o, &mi, ng);
+}
+
+/* The first element of a loaded state tensor that is not finite (or, with
+ * nonneg, below 0), or -1. */
+static int64_t first_bad_state(em_tensor *x, bool nonneg)
+{
+    int64_t n = em_numel(x), found = -1;
+    EM_SCOPE {
+        em_tensor *c = em_contiguous(em_to_dtype(x, EM_F64));
+        const double *v = c ? em_data_ptr(c) : NULL;
+        for (int64_t i = 0; v && i < n && found < 0; i++)
+            if (!isfinite(v[i]) || (nonneg && v[i] < 0)) found = i;
+    }
+    return found;
 }
 
 em_status em_optimizer_state_load(em_optimizer *o, const char *path)
@@ -820,6 +835,16 @@ em_status em_optimizer_state_load(em_optimizer *o, const char *path)
         }
         if (k == STEP && !(em_item(x) >= 0 && isfinite(em_item(x)))) {
             s = em__fail(EM_ERR_INVALID, "%s: '%s' = %g is not a step count", path, name, em_item(x));
+            goto done;
+        }
+        /* a moment that is not finite (or a second moment below 0) would turn the
+         * parameters into NaN at the next step: refused, as load_state refuses weights */
+        const char *sn = k == STEP ? NULL : K->state_names[k];
+        int64_t bad = k == STEP ? -1 : first_bad_state(x, sn && strstr(sn, "_sq"));
+        if (bad >= 0) {
+            s = em__fail(EM_ERR_INVALID, "%s: '%s' holds %s at element %lld: refusing to load it", path, name,
+                         sn && strstr(sn, "_sq") ? "a non-finite or negative value" : "a non-finite value",
+                         (long long)bad);
             goto done;
         }
         loaded[(size_t)pos * NK + (size_t)k] = x;

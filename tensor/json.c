@@ -24,3 +24,19 @@ const char *em__json_kind(const void *value)
     if (cJSON_IsNull(v)) return "null";
     return "an invalid value";
 }
+
+size_t em__json_nul_escape(const char *p, size_t n)
+{
+    size_t run = 0;   /* backslashes just before p[i] */
+    for (size_t i = 0; i < n; i++) {
+        if (p[i] == '\\') {
+            run++;
+            continue;
+        }
+        if (p[i] == 'u' && run % 2 == 1 && i + 4 < n && p[i + 1] == '0' && p[i + 2] == '0' && p[i + 3] == '0' &&
+            p[i + 4] == '0')
+            return i;   /* the backslash's offset is i - 1; 1-based: i */
+        run = 0;
+    }
+    return 0;
+}

@@ -5,6 +5,8 @@
 #include "tensor/file_io.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -24,11 +26,38 @@ bool em__write_all(int fd, const void *p, size_t n)
     return true;
 }
 
+FILE *em__fopen_regular(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return NULL;
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        int err = errno;
+        close(fd);
+        errno = S_ISDIR(sb.st_mode) ? EISDIR : err && !S_ISREG(sb.st_mode) ? EM__ENOTREG : err;
+        if (!S_ISREG(sb.st_mode) && !S_ISDIR(sb.st_mode)) errno = EM__ENOTREG;
+        return NULL;
+    }
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        int err = errno;
+        close(fd);
+        errno = err;
+    }
+    return f;
+}
+
+const char *em__strerror(int err)
+{
+    return err == EM__ENOTREG ? "not a regular file (a FIFO, a socket or a device)" : strerror(err);
+}
+
 em_status em__read_file(const char *path, size_t max, char **data, size_t *size)
 {
     *data = NULL, *size = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) return em__fail(errno == ENOENT ? EM_ERR_NOT_FOUND : EM_ERR_IO, "%s: %s", path, strerror(errno));
+    FILE *f = em__fopen_regular(path);
+    if (!f) return em__fail(errno == ENOENT ? EM_ERR_NOT_FOUND : EM_ERR_IO, "%s: %s", path, em__strerror(errno));
     em_status s = EM_OK;
     size_t cap = 1 << 16, n = 0;
     char *buf = em__malloc(cap + 1);

@@ -368,7 +368,7 @@ em_status em_safetensors_open(const char *path, em_safetensors **out)
     st->path = pcopy;
 
     em_status s = EM_OK;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);   /* a FIFO must not block the open (refused below) */
     if (fd < 0) {
         int err = errno;
         s = em__fail(err == ENOENT ? EM_ERR_NOT_FOUND : EM_ERR_IO, "%s: cannot open: %s", path, strerror(err));

@@ -3,6 +3,7 @@
 #include "tensor/tensor_internal.h"
 #include "tensor/grow.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 
 typedef struct scope {
@@ -13,11 +14,32 @@ typedef struct scope {
 static _Thread_local scope *stack;
 static _Thread_local int depth, stack_cap;
 
+/* A thread's scope bookkeeping goes when the thread ends (a pthread key's
+ * destructor runs in the ending thread, whose _Thread_local variables are
+ * still there); the main thread's stays until the process ends. */
+static pthread_key_t stack_key;
+static pthread_once_t stack_key_once = PTHREAD_ONCE_INIT;
+
+static void free_stack(void *unused)
+{
+    (void)unused;
+    for (int i = 0; i < stack_cap; i++) free(stack[i].items);
+    free(stack);
+    stack = NULL;
+    depth = stack_cap = 0;
+}
+
+static void make_stack_key(void) { (void)pthread_key_create(&stack_key, free_stack); }
+
 int em_scope_depth(void) { return depth; }
 
 void em_scope_begin(void)
 {
     if (depth == stack_cap) {
+        if (!stack_cap) {   /* this thread's first scope: arrange for its bookkeeping to go with it */
+            pthread_once(&stack_key_once, make_stack_key);
+            (void)pthread_setspecific(stack_key, (void *)1);
+        }
         int cap = stack_cap ? 2 * stack_cap : 16;
         scope *s = realloc(stack, sizeof *s * (size_t)cap);
         if (!s) {

@@ -6,6 +6,7 @@
 #ifndef EMBER_TENSOR_SUPPORT_H
 #define EMBER_TENSOR_SUPPORT_H
 
+#include <stdio.h>
 #include "tensor/tensor.h"
 
 #include <stdarg.h>
@@ -54,6 +55,13 @@ uint32_t em__crc32c_update(uint32_t crc, const void *data, size_t n);
  * path with the reason; EM_ERR_FORMAT when larger than max bytes (0: no
  * limit); EM_ERR_OOM. tensor/readfile.c */
 em_status em__read_file(const char *path, size_t max, char **data, size_t *size);
+/* fopen(path, "rb") for a file from outside: never blocks (a FIFO at the path
+ * would hang the open), and anything but a regular file is refused. NULL with
+ * errno set; em__strerror says "not a regular file ..." for the refusal.
+ * tensor/readfile.c */
+FILE *em__fopen_regular(const char *path);
+const char *em__strerror(int err);
+#define EM__ENOTREG 0x7e0f   /* errno value of that refusal (no system errno) */
 
 /* ---- host allocations (metadata, scratch) ---------------------------------
  * Every allocation, host metadata included, goes through these so the
@@ -68,6 +76,10 @@ bool em__alloc_should_fail(void);   /* consumes one tick of the fail-Nth switch 
 
 /* Installs ember's allocation hooks into cJSON (once; tensor/json.c). */
 void em__json_init(void);
+/* The 1-based offset of the first \u0000 escape in JSON text p[0..n) (a
+ * backslash that is not itself escaped, then u0000), or 0: cJSON accepts it,
+ * and C strings end there, so a reader of outside JSON refuses it. */
+size_t em__json_nul_escape(const char *p, size_t n);
 /* What a cJSON value is, for messages ("a string", "an array", "missing" for NULL). */
 const char *em__json_kind(const void *cjson_value);
 

@@ -595,6 +595,34 @@ START_TEST(test_load_state_mismatch)
     free(before), free(after);
     em_accelerator_free(acc);
 
+    /* the same model, but an optimizer of another kind: the optimizer's file is
+     * refused after the model's file has checked out, and the weights must not
+     * have been copied in (they were, before every object was checked first) */
+    {
+        toy_run r2;
+        run_new(&r2, NULL);
+        em_sgd_opts so = { .lr = 0.1, .momentum = 0.9 };
+        em_optimizer *sgd = em_sgd_new(r2.p, r2.n, &so);
+        em_accelerator *acc2 = em_accelerator_new(NULL);
+        em_dataloader *dl2;
+        em_dataloader_new(&r2.ds->base, &(em_dataloader_opts){ .batch_size = 3 }, &dl2);
+        em_scheduler *sched2 = em_linear_schedule_with_warmup(sgd, 3, 40);
+        ck_assert_int_eq(em_accelerator_prepare(acc2, &r2.m->base, sgd, dl2, sched2), EM_OK);
+        int64_t cnt2;
+        float *b2 = snapshot(r2.m, &cnt2);
+        ck_assert_int_ne(em_accelerator_load_state(acc2, dir), EM_OK);
+        ck_assert_msg(strstr(em_last_error(), "optimizer"), "refused for another reason: %s", em_last_error());
+        float *a2 = snapshot(r2.m, &cnt2);
+        ck_assert_msg(memcmp(b2, a2, sizeof(float) * (size_t)cnt2) == 0,
+                      "a load_state that failed (%s) changed the model", em_last_error());
+        free(b2), free(a2);
+        em_accelerator_free(acc2);
+        em_dataloader_free(dl2);
+        em_scheduler_free(sched2);
+        em_optimizer_free(sgd);
+        toy_run_free(&r2);
+    }
+
     /* other prepared counts */
     acc = em_accelerator_new(NULL);
     ck_assert_int_eq(em_accelerator_prepare(acc, &m->base, opt, NULL, NULL), EM_OK);
@@ -694,6 +722,23 @@ START_TEST(test_checkpoint_integrity)
     ck_assert_msg(strstr(err, "mixed_precision was no when saved and is bf16 now"), "%s", err);
     free(err);
     toy_run_free(&o);
+
+    /* a manifest that no longer lists a file load_state reads (an edited file could
+     * then pass unverified): the listed entry moved to an intact copy of it */
+    {
+        char from[420], to[420];
+        snprintf(from, sizeof from, "%s/accelerator_state.json", dir);
+        snprintf(to, sizeof to, "%s/accelerator_state.json.copy", dir);
+        size_t len;
+        char *bytes = tu_read_file(from, &len);
+        tu_write_file(to, bytes, len);
+        free(bytes);
+        edit_file(dir, "manifest.json", "\"accelerator_state.json\":", "\"accelerator_state.json.copy\":");
+        ck_assert_int_eq(em_accelerator_load_state(r.acc, dir), EM_ERR_FORMAT);
+        ck_assert_msg(strstr(em_last_error(), "does not list accelerator_state.json"), "%s", em_last_error());
+        edit_file(dir, "manifest.json", "\"accelerator_state.json.copy\":", "\"accelerator_state.json\":");
+        ck_assert_int_eq(em_accelerator_load_state(r.acc, dir), EM_OK);
+    }
 
     /* without a manifest (an older checkpoint), the counters are still checked */
     snprintf(path, sizeof path, "%s/manifest.json", dir);

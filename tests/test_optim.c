@@ -785,6 +785,21 @@ START_TEST(state_load_rejects_mismatches)
     em_optimizer *x = em_adamw_new(p, 3, NULL);
     ck_assert_int_eq(em_optimizer_state_load(x, path), EM_ERR_INVALID);
     ck_assert_msg(strstr(em_last_error(), "amsgrad"), "%s", em_last_error());
+    /* a moment that is not finite (a run whose gradients were NaN saved it): refused
+     * by name, the optimizer unchanged, rather than NaN weights a step later */
+    em_tensor *nq[3];
+    for (int i = 0; i < 3; i++) nq[i] = em_requires_grad_(em_zeros(EM_SHAPE(4, 3), EM_F32, EM_CPU), true);
+    em_optimizer *nan_o = em_adamw_new(nq, 3, NULL);
+    for (int i = 0; i < 3; i++) em_set_grad(nq[i], em_full(2, (int64_t[]){4, 3}, i == 1 ? NAN : 0.5, EM_F32, EM_CPU));
+    ck_assert_int_eq(em_optimizer_step(nan_o), EM_OK);
+    const char *nan_path = tmp_path("nan.safetensors");
+    ck_assert_int_eq(em_optimizer_state_save(nan_o, nan_path), EM_OK);
+    em_optimizer *fresh = em_adamw_new(p, 3, &(em_adamw_opts){.lr = 0.25});
+    ck_assert_int_eq(em_optimizer_state_load(fresh, nan_path), EM_ERR_INVALID);
+    ck_assert_msg(strstr(em_last_error(), "state.1.exp_avg") && strstr(em_last_error(), "non-finite"), "%s",
+                  em_last_error());
+    ck_assert(em_optimizer_lr(fresh, 0) == 0.25 && em_optimizer_param_step(fresh, 0, 0) == 0);
+    em_optimizer_free(nan_o), em_optimizer_free(fresh);
     /* missing and malformed files */
     ck_assert_int_ne(em_optimizer_state_load(x, tmp_path("absent.safetensors")), EM_OK);
     const char *keys[] = {"format", "optimizer", "param_groups", "param_groups.0.params"};

@@ -280,7 +280,7 @@ START_TEST(test_tsv_errors)
     char missing[600];
     snprintf(missing, sizeof missing, "%s/nope.tsv", tu_scratch());
     expect_fail(em_table_read_tsv(missing, NULL, &t), EM_ERR_NOT_FOUND, "%s: No such file or directory", missing);
-    expect_fail(em_table_read_tsv(tu_scratch(), NULL, &t), EM_ERR_IO, "%s: read error: Is a directory", tu_scratch());
+    expect_fail(em_table_read_tsv(tu_scratch(), NULL, &t), EM_ERR_IO, "%s: Is a directory", tu_scratch());
 }
 END_TEST
 
@@ -441,6 +441,10 @@ START_TEST(test_jsonl_errors)
     expect_fail(em_table_read_jsonl(p, fields, 2, &t), EM_ERR_FORMAT, "%s:2:24: invalid JSON (near \"}\")", p);
     p = tmp_file("e5.jsonl", "  [1, 2]\n");
     expect_fail(em_table_read_jsonl(p, fields, 2, &t), EM_ERR_FORMAT, "%s:1:3: expected a JSON object, found an array", p);
+    /* the first object names the columns: a key twice would make two columns of one name */
+    p = tmp_file("e5b.jsonl", "\n{\"a\": 1, \"b\": 2, \"a\": 3}\n{\"a\": 4, \"b\": 5}\n");
+    expect_fail(em_table_read_jsonl(p, NULL, 0, &t), EM_ERR_FORMAT,
+                "%s:2: the key \"a\" appears twice in the first object, which names the columns", p);
     p = tmp_file("e6.jsonl", "{\"text\": \"a\", \"label\": 1} {\"text\": \"b\"}\n");
     expect_fail(em_table_read_jsonl(p, fields, 2, &t), EM_ERR_FORMAT,
                 "%s:1:27: unexpected text after the JSON value (one object per line)", p);

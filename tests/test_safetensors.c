@@ -407,6 +407,17 @@ START_TEST(missing_file_and_missing_tensor)
     ck_assert_int_eq(em_safetensors_open(tu_scratch(), &st), EM_ERR_IO);
     assert_error_mentions(tu_scratch(), "not a regular file");
 
+    /* a FIFO at the path: refused at once (opening it for reading blocked for
+     * ever, waiting for a writer); so are the other readers of outside files
+     * (config.json, vocabularies, tables: em__read_file) */
+    const char *fifo = tu_scratch_path("fifo.safetensors");
+    ck_assert_int_eq(mkfifo(fifo, 0644), 0);
+    ck_assert_int_eq(em_safetensors_open(fifo, &st), EM_ERR_IO);
+    assert_error_mentions(fifo, "not a regular file");
+    em_tokenizer *tok = NULL;
+    ck_assert_int_ne(em_tokenizer_load(fifo, NULL, &tok), EM_OK);
+    assert_error_mentions(fifo, "not a regular file");
+
     em_tensor *t = filled(2, EM_F32, 0);
     path = tu_scratch_path("one.safetensors");
     ck_assert_int_eq(em_safetensors_save(path, 1, (const char *[]){"w"}, &t, 0, NULL, NULL), EM_OK);

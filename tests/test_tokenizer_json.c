@@ -253,6 +253,11 @@ START_TEST(malformed_files)
     BAD("inf", "\"[PAD]\": 0,", "\"[PAD]\": 1e999,", "model.vocab[\"[PAD]\"] must be an integer id");
     BAD("frac", "\"[PAD]\": 0,", "\"[PAD]\": 0.5,", "model.vocab[\"[PAD]\"] must be an integer id, not 0.5");
     BAD("dup_token", "\"[PAD]\": 0,", "\"[MASK]\": 0,", "model.vocab: duplicate token \"[MASK]\" (ids 0 and 5)");
+    /* a NUL inside a string would cut it short in silence: another token, another name */
+    BAD("nul_token", "\"[PAD]\": 0,", "\"[PAD]\\u0000x\": 0,", "a string holds \\u0000 (a NUL character)");
+    /* padding.pad_token of the wrong type is refused, as HF refuses it */
+    BAD("pad_token_num", "\"padding\": null", "\"padding\": {\"strategy\": \"BatchLongest\", \"pad_token\": 7}",
+        "padding.pad_token must be a string");
 
     /* special and added tokens must agree with the vocabulary */
     BAD("added_absent", "\"content\": \"[PAD]\"", "\"content\": \"[FOO]\"",

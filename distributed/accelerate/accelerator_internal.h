@@ -101,5 +101,11 @@ em_status em__acc_agree(em_accelerator *acc, em_status st, const char *what);
  * and verified (on every rank) before load_state changes anything. */
 em_status em__acc_manifest_write(em_accelerator *acc, const char *dir);
 em_status em__acc_manifest_verify(em_accelerator *acc, const char *dir);
+/* "model.safetensors" for i = 0, "model_<i>.safetensors" after (Accelerate's naming). */
+static inline void em__acc_indexed_name(char *out, size_t cap, const char *stem, int i, const char *ext)
+{
+    if (i == 0) snprintf(out, cap, "%s.%s", stem, ext);
+    else snprintf(out, cap, "%s_%d.%s", stem, i, ext);
+}
 
 #endif

@@ -79,12 +79,6 @@ static bool path_join(char *out, size_t cap, const char *dir, const char *name)
 #define JOIN(out, dir, name) do { if (!path_join(out, sizeof out, dir, name)) \
         return em__fail(EM_ERR_INVALID, "checkpoint path too long: %s/%s", dir, name); } while (0)
 
-/* "model.safetensors" for i = 0, "model_<i>.safetensors" after (Accelerate's naming). */
-static void indexed_name(char *out, size_t cap, const char *stem, int i, const char *ext)
-{
-    if (i == 0) snprintf(out, cap, "%s.%s", stem, ext);
-    else snprintf(out, cap, "%s_%d.%s", stem, i, ext);
-}
 
 static em_status write_json(const char *path, cJSON *root)
 {
@@ -102,10 +96,10 @@ static em_status write_json(const char *path, cJSON *root)
 static em_status read_json(const char *path, cJSON **out)
 {
     *out = NULL;
-    FILE *f = fopen(path, "rb");
+    FILE *f = em__fopen_regular(path);
     if (!f)
         return em__fail(errno == ENOENT ? EM_ERR_NOT_FOUND : EM_ERR_IO, "load_state: cannot open %s: %s", path,
-                        strerror(errno));
+                        em__strerror(errno));
     char *buf = NULL;
     size_t n = 0, cap = 0;
     em_status st = EM_OK;
@@ -218,54 +212,75 @@ static int64_t first_nonfinite(em_tensor *t)
     return found;
 }
 
-/* Checks every tensor first (names, shapes, finite values), then copies: a
- * checkpoint that does not fit leaves the model unchanged. */
-static em_status load_module(em_module *m, const char *path)
-{
+/* A model's checkpoint file, checked and held until every other object of the
+ * checkpoint has loaded too (load_all): only then are the weights copied in, so
+ * a load_state that fails anywhere leaves every model unchanged. */
+typedef struct module_load {
     em_safetensors *sf;
-    em_status st = em_safetensors_open(path, &sf);
+    em_named_tensors ps, bs;
+    em_tensor **src;   /* n owned references, the file's tensors in ps-then-bs order */
+    int n;
+} module_load;
+
+static void module_load_free(module_load *ml)
+{
+    for (int i = 0; ml->src && i < ml->n; i++) em_release(ml->src[i]);
+    em__free(ml->src);
+    em_named_tensors_free(&ml->ps);
+    em_named_tensors_free(&ml->bs);
+    em_safetensors_close(ml->sf);
+    *ml = (module_load){0};
+}
+
+/* Checks every tensor (names, shapes, finite values) and holds them in *ml;
+ * nothing of m changes. */
+static em_status load_module_check(em_module *m, const char *path, module_load *ml)
+{
+    *ml = (module_load){0};
+    em_status st = em_safetensors_open(path, &ml->sf);
     if (st != EM_OK) return st;
-    em_named_tensors ps = em_module_named_parameters(m), bs = em_module_named_buffers(m, false);
-    int n = ps.n + bs.n;
-    em_scope_begin();
-    em_tensor **src = em__calloc((size_t)(n ? n : 1), sizeof(em_tensor *));
-    if (!src) st = EM_ERR_OOM;
-    if (st == EM_OK && em_safetensors_count(sf) != n)
+    ml->ps = em_module_named_parameters(m), ml->bs = em_module_named_buffers(m, false);
+    int n = ml->ps.n + ml->bs.n;
+    ml->src = em__calloc((size_t)(n ? n : 1), sizeof(em_tensor *));
+    ml->n = ml->src ? n : 0;
+    if (!ml->src) st = EM_ERR_OOM;
+    if (st == EM_OK && em_safetensors_count(ml->sf) != n)
         st = em__fail(EM_ERR_INVALID, "load_state: %s holds %d tensors; the model has %d parameters and buffers",
-                      path, em_safetensors_count(sf), n);
+                      path, em_safetensors_count(ml->sf), n);
     for (int i = 0; i < n && st == EM_OK; i++) {
-        em_named_tensor *nt = i < ps.n ? &ps.items[i] : &bs.items[i - ps.n];
-        src[i] = em_safetensors_get(sf, nt->name);
-        if (!src[i]) {
+        em_named_tensor *nt = i < ml->ps.n ? &ml->ps.items[i] : &ml->bs.items[i - ml->ps.n];
+        em_tensor *x = NULL;
+        EM_SCOPE { x = em_retain(em_safetensors_get(ml->sf, nt->name)); }
+        ml->src[i] = x;
+        if (!x) {
             st = em__fail(em_last_status() == EM_OK ? EM_ERR_NOT_FOUND : em_last_status(),
                           "load_state: %s has no tensor \"%s\"", path, nt->name);
             break;
         }
-        bool same = src[i]->ndim == nt->tensor->ndim && src[i]->dtype == nt->tensor->dtype;
-        for (int d = 0; same && d < src[i]->ndim; d++) same = src[i]->shape[d] == nt->tensor->shape[d];
+        bool same = x->ndim == nt->tensor->ndim && x->dtype == nt->tensor->dtype;
+        for (int d = 0; same && d < x->ndim; d++) same = x->shape[d] == nt->tensor->shape[d];
         if (!same)
             st = em__fail(EM_ERR_INVALID, "load_state: %s: tensor \"%s\" is %s %s; the model's is %s %s", path,
-                          nt->name, em_dtype_name(src[i]->dtype), em__shape_str(src[i]),
-                          em_dtype_name(nt->tensor->dtype), em__shape_str(nt->tensor));
-        int64_t bad = st == EM_OK ? first_nonfinite(src[i]) : -1;
+                          nt->name, em_dtype_name(x->dtype), em__shape_str(x), em_dtype_name(nt->tensor->dtype),
+                          em__shape_str(nt->tensor));
+        int64_t bad = st == EM_OK ? first_nonfinite(x) : -1;
         if (bad >= 0)
             st = em__fail(EM_ERR_INVALID, "load_state: %s: tensor \"%s\" holds a non-finite value (element %lld): "
                           "refusing to resume from it", path, nt->name, (long long)bad);
     }
-    if (st == EM_OK) {
-        bool prev = em_set_grad_enabled(false);
-        for (int i = 0; i < n; i++) {
-            em_named_tensor *nt = i < ps.n ? &ps.items[i] : &bs.items[i - ps.n];
-            em_copy_(nt->tensor, src[i]);
-        }
-        em_set_grad_enabled(prev);
-    }
-    em__free(src);
-    em_scope_end();
-    em_named_tensors_free(&ps);
-    em_named_tensors_free(&bs);
-    em_safetensors_close(sf);
+    if (st != EM_OK) module_load_free(ml);
     return st;
+}
+
+/* Copies the checked tensors into the model (cannot fail: same shapes and dtypes). */
+static void load_module_apply(module_load *ml)
+{
+    bool prev = em_set_grad_enabled(false);
+    for (int i = 0; i < ml->n; i++) {
+        em_named_tensor *nt = i < ml->ps.n ? &ml->ps.items[i] : &ml->bs.items[i - ml->ps.n];
+        em_copy_(nt->tensor, ml->src[i]);
+    }
+    em_set_grad_enabled(prev);
 }
 
 /* ---- automatic naming ---------------------------------------------------------------- */
@@ -347,17 +362,17 @@ static em_status write_main_files(em_accelerator *acc, const char *tmp, int64_t 
     char path[PATH_MAX], name[64];
     em_status st = EM_OK;
     for (int i = 0; i < acc->n_models && st == EM_OK; i++) {
-        indexed_name(name, sizeof name, "model", i, "safetensors");
+        em__acc_indexed_name(name, sizeof name, "model", i, "safetensors");
         JOIN(path, tmp, name);
         st = save_module(acc->models[i].m, path);
     }
     for (int i = 0; i < acc->n_opts && st == EM_OK; i++) {
-        indexed_name(name, sizeof name, "optimizer", i, "safetensors");
+        em__acc_indexed_name(name, sizeof name, "optimizer", i, "safetensors");
         JOIN(path, tmp, name);
         st = em_optimizer_state_save(acc->opts[i].opt, path);
     }
     for (int i = 0; i < acc->n_scheds && st == EM_OK; i++) {
-        indexed_name(name, sizeof name, "scheduler", i, "safetensors");
+        em__acc_indexed_name(name, sizeof name, "scheduler", i, "safetensors");
         JOIN(path, tmp, name);
         st = em_scheduler_state_save(acc->scheds[i], path);
     }
@@ -603,27 +618,35 @@ static em_status load_all(em_accelerator *acc, const char *dir)
     cJSON_Delete(rj);
     if (st != EM_OK) return st;
 
-    /* then the objects, each checked by its own loader before it changes */
+    /* then the objects, each checked by its own loader before it changes; the
+     * models' weights, checked first, are copied in last, once all else loaded */
+    module_load *ml = em__calloc((size_t)(acc->n_models ? acc->n_models : 1), sizeof *ml);
+    if (!ml) return EM_ERR_OOM;
     for (int i = 0; i < acc->n_models && st == EM_OK; i++) {
-        indexed_name(name, sizeof name, "model", i, "safetensors");
-        JOIN(path, dir, name);
-        st = load_module(acc->models[i].m, path);
+        em__acc_indexed_name(name, sizeof name, "model", i, "safetensors");
+        if (!path_join(path, sizeof path, dir, name)) st = em__fail(EM_ERR_INVALID, "path too long");
+        else st = load_module_check(acc->models[i].m, path, &ml[i]);
     }
     for (int i = 0; i < acc->n_opts && st == EM_OK; i++) {
-        indexed_name(name, sizeof name, "optimizer", i, "safetensors");
-        JOIN(path, dir, name);
-        st = em_optimizer_state_load(acc->opts[i].opt, path);
+        em__acc_indexed_name(name, sizeof name, "optimizer", i, "safetensors");
+        st = path_join(path, sizeof path, dir, name) ? em_optimizer_state_load(acc->opts[i].opt, path)
+                                                      : em__fail(EM_ERR_INVALID, "path too long");
     }
     for (int i = 0; i < acc->n_scheds && st == EM_OK; i++) {
-        indexed_name(name, sizeof name, "scheduler", i, "safetensors");
-        JOIN(path, dir, name);
-        st = em_scheduler_state_load(acc->scheds[i], path);
+        em__acc_indexed_name(name, sizeof name, "scheduler", i, "safetensors");
+        st = path_join(path, sizeof path, dir, name) ? em_scheduler_state_load(acc->scheds[i], path)
+                                                      : em__fail(EM_ERR_INVALID, "path too long");
     }
     if (st == EM_OK && acc->scaler) {
-        JOIN(path, dir, "scaler.safetensors");
-        st = em_grad_scaler_state_load(acc->scaler, path);
+        st = path_join(path, sizeof path, dir, "scaler.safetensors") ? em_grad_scaler_state_load(acc->scaler, path)
+                                                                     : em__fail(EM_ERR_INVALID, "path too long");
     }
     for (int i = 0; i < acc->n_loaders && st == EM_OK; i++) st = em_dataloader_load_state(acc->loaders[i].dl, ls[i]);
+    for (int i = 0; i < acc->n_models; i++) {
+        if (st == EM_OK) load_module_apply(&ml[i]);
+        module_load_free(&ml[i]);
+    }
+    em__free(ml);
     if (st != EM_OK) return st;
 
     em_rng_set_state((em_rng_state){ .seed = seed, .offset = offset });

@@ -44,8 +44,8 @@
 /* The CRC and size of a whole file. */
 static em_status file_crc(const char *path, uint32_t *crc, int64_t *bytes)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) return em__fail(errno == ENOENT ? EM_ERR_NOT_FOUND : EM_ERR_IO, "%s: %s", path, strerror(errno));
+    FILE *f = em__fopen_regular(path);
+    if (!f) return em__fail(errno == ENOENT ? EM_ERR_NOT_FOUND : EM_ERR_IO, "%s: %s", path, em__strerror(errno));
     enum { BUF = 1 << 20 };
     unsigned char *buf = em__malloc(BUF);
     if (!buf) {
@@ -218,14 +218,38 @@ static em_status check_fingerprint(em_accelerator *acc, const char *path, const 
     return st;
 }
 
+/* Every file load_state will read must be one the manifest vouches for: a
+ * manifest whose list was cut short would otherwise let an edited file in. */
+static em_status require_listed(const em_accelerator *acc, const cJSON *files, const char *path)
+{
+    char name[64];
+    const struct { const char *stem; int n; } sets[] = {
+        {"model", acc->n_models}, {"optimizer", acc->n_opts}, {"scheduler", acc->n_scheds}};
+    const char *single[3] = {"accelerator_state.json", name, acc->scaler ? "scaler.safetensors" : NULL};
+    snprintf(name, sizeof name, "random_states_%d.json", acc->rank);
+    for (int i = 0; i < 3; i++)
+        if (single[i] && !cJSON_GetObjectItemCaseSensitive(files, single[i]))
+            return em__fail(EM_ERR_FORMAT, "load_state: %s does not list %s: the checkpoint cannot be verified",
+                            path, single[i]);
+    char file[64];
+    for (int s = 0; s < 3; s++)
+        for (int i = 0; i < sets[s].n; i++) {
+            em__acc_indexed_name(file, sizeof file, sets[s].stem, i, "safetensors");
+            if (!cJSON_GetObjectItemCaseSensitive(files, file))
+                return em__fail(EM_ERR_FORMAT, "load_state: %s does not list %s: the checkpoint cannot be verified",
+                                path, file);
+        }
+    return EM_OK;
+}
+
 em_status em__acc_manifest_verify(em_accelerator *acc, const char *dir)
 {
     char path[PATH_MAX], file[PATH_MAX];
     if (snprintf(path, sizeof path, "%s/manifest.json", dir) >= (int)sizeof path)
         return em__fail(EM_ERR_INVALID, "load_state: path too long: %s", dir);
-    FILE *f = fopen(path, "rb");
+    FILE *f = em__fopen_regular(path);
     if (!f) {
-        if (errno != ENOENT) return em__fail(EM_ERR_IO, "load_state: %s: %s", path, strerror(errno));
+        if (errno != ENOENT) return em__fail(EM_ERR_IO, "load_state: %s: %s", path, em__strerror(errno));
         if (acc->rank == 0)
             fprintf(stderr, "ember: load_state: %s has no manifest.json (saved by an older ember): its files "
                             "cannot be verified\n", dir);
@@ -276,6 +300,7 @@ em_status em__acc_manifest_verify(em_accelerator *acc, const char *dir)
             st = em__fail(EM_ERR_FORMAT, "load_state: %s: CRC-32C %s, the manifest says %s: the file is damaged", file,
                           hex, want);
     }
+    if (st == EM_OK) st = require_listed(acc, files, path);
     if (st == EM_OK) st = check_fingerprint(acc, path, cJSON_GetObjectItemCaseSensitive(root, "fingerprint"));
     cJSON_Delete(root);
     return st;
