@@ -165,6 +165,33 @@ static void eat_eol(delim_parser *d)
     d->line_start = d->p;
 }
 
+/* Names sorted with their positions: what finds repeats in n log n (a header
+ * or an object of a million names would take minutes pairwise). */
+typedef struct named { const char *s; int i; const void *v; } named;
+static int cmp_named(const void *a, const void *b)
+{
+    const named *x = a, *y = b;
+    int c = strcmp(x->s, y->s);
+    return c ? c : (x->i > y->i) - (x->i < y->i);
+}
+
+/* The pair that the pairwise scan would find first: the smallest c whose name
+ * came before, at e, its first place; c = -1 when no name repeats. false on OOM. */
+static bool first_repeat(char *const *names, int n, int *e, int *c)
+{
+    *e = *c = -1;
+    if (n < 2) return true;
+    named *v = em__malloc(sizeof *v * (size_t)n);
+    if (!v) return false;
+    for (int i = 0; i < n; i++) v[i] = (named){names[i], i, NULL};
+    qsort(v, (size_t)n, sizeof *v, cmp_named);
+    for (int i = 1; i < n; i++)
+        if (!strcmp(v[i].s, v[i - 1].s) && (i < 2 || strcmp(v[i - 1].s, v[i - 2].s)) && (*c < 0 || v[i].i < *c))
+            *e = v[i - 1].i, *c = v[i].i;   /* the group's first two places */
+    em__free(v);
+    return true;
+}
+
 /* One field starting at p, written at w and NUL-terminated. Leaves p on the
  * delimiter, the line terminator or the end. *quoted tells whether it was. */
 static em_status parse_field(delim_parser *d, bool *quoted)
@@ -269,13 +296,13 @@ static em_status parse_delimited(em_table *t, char *buf, size_t start, size_t le
                 b.cap_cell = b.ncell = 0;
                 if (!alloc_names(t, cols, 0)) { st = EM_ERR_OOM; goto done; }
                 for (int c = 0; c < cols; c++) t->names[c] = buf + hdr[c];
-                for (int c = 1; c < cols; c++)   /* a name twice is ambiguous: refuse rather than pick one */
-                    for (int e = 0; e < c; e++)
-                        if (!strcmp(t->names[c], t->names[e])) {
-                            st = em__fail(EM_ERR_FORMAT, "%s:%lld: the header names column \"%s\" twice (columns %d "
-                                          "and %d)", t->path, (long long)rec_line, t->names[c], e + 1, c + 1);
-                            goto done;
-                        }
+                int e, c;   /* a name twice is ambiguous: refuse rather than pick one */
+                if (!first_repeat(t->names, cols, &e, &c)) { st = EM_ERR_OOM; goto done; }
+                if (c >= 0) {
+                    st = em__fail(EM_ERR_FORMAT, "%s:%lld: the header names column \"%s\" twice (columns %d and %d)",
+                                  t->path, (long long)rec_line, t->names[c], e + 1, c + 1);
+                    goto done;
+                }
                 continue;
             }
         } else if (nf != cols) {
@@ -341,11 +368,45 @@ static const cJSON *member(const cJSON *obj, const char *name)
     return found;
 }
 
+static em_status jsonl_cell(em_table *t, builder *b, arena *a, const cJSON *v, int c, int64_t line);
+
+/* The last member named `name` in the sorted members v[0..n), or NULL. */
+static const cJSON *sorted_member(const named *v, int n, const char *name)
+{
+    int lo = 0, hi = n;   /* the first entry past every one named `name` */
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (strcmp(v[mid].s, name) <= 0) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo > 0 && !strcmp(v[lo - 1].s, name) ? v[lo - 1].v : NULL;
+}
+
 static em_status jsonl_row(em_table *t, builder *b, arena *a, const cJSON *obj, int64_t line)
 {
-    for (int c = 0; c < t->cols; c++) {
-        const cJSON *v = member(obj, t->names[c]);
-        const char *s;
+    /* an object of many keys is looked up sorted (members by column were cols x keys) */
+    int nk = 0;
+    for (const cJSON *c = obj->child; c; c = c->next) nk++;
+    named *sorted = NULL;
+    if (nk > 32 && t->cols > 4) {
+        sorted = em__malloc(sizeof *sorted * (size_t)nk);
+        if (!sorted) return EM_ERR_OOM;
+        int i = 0;
+        for (const cJSON *c = obj->child; c; c = c->next, i++) sorted[i] = (named){c->string ? c->string : "", i, c};
+        qsort(sorted, (size_t)nk, sizeof *sorted, cmp_named);
+    }
+    em_status st = EM_OK;
+    for (int c = 0; c < t->cols && st == EM_OK; c++) st = jsonl_cell(t, b, a, sorted ? sorted_member(sorted, nk, t->names[c])
+                                                                                   : member(obj, t->names[c]), c, line);
+    em__free(sorted);
+    if (st != EM_OK) return st;
+    return push_row(b, line) ? EM_OK : EM_ERR_OOM;
+}
+
+/* Row cell c from the member v (NULL: missing). */
+static em_status jsonl_cell(em_table *t, builder *b, arena *a, const cJSON *v, int c, int64_t line)
+{
+    const char *s;
         char num[40];
         if (!v) return em__fail(EM_ERR_NOT_FOUND, "%s:%lld: missing field \"%s\"", t->path, (long long)line,
                                 t->names[c]);
@@ -355,29 +416,12 @@ static em_status jsonl_row(em_table *t, builder *b, arena *a, const cJSON *obj, 
         else if (cJSON_IsFalse(v)) s = "false";
         else return em__fail(EM_ERR_FORMAT, "%s:%lld: field \"%s\" is %s; expected a string, number or boolean",
                              t->path, (long long)line, t->names[c], em__json_kind(v));
-        size_t off;
-        if (!arena_add(a, s, strlen(s), &off) || !push_cell(b, off)) return EM_ERR_OOM;
-    }
-    return push_row(b, line) ? EM_OK : EM_ERR_OOM;
+    size_t off;
+    if (!arena_add(a, s, strlen(s), &off) || !push_cell(b, off)) return EM_ERR_OOM;
+    return EM_OK;
 }
 
 /* Columns from the caller's list, or (fields NULL) the keys of the first object. */
-static int cmp_name(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
-
-/* The first key named twice among the n names, or NULL (sorted copy: n log n). */
-static const char *repeated_name(const char *const *names, int n)
-{
-    const char **v = n > 1 ? em__malloc(sizeof *v * (size_t)n) : NULL;
-    if (!v) return NULL;
-    memcpy(v, names, sizeof *v * (size_t)n);
-    qsort(v, (size_t)n, sizeof *v, cmp_name);
-    const char *dup = NULL;
-    for (int i = 1; i < n && !dup; i++)
-        if (!strcmp(v[i - 1], v[i])) dup = v[i];
-    em__free(v);
-    return dup;
-}
-
 static em_status jsonl_columns(em_table *t, const char *const *fields, int nfields, const cJSON *first, long long line)
 {
     int n = 0;
@@ -400,10 +444,11 @@ static em_status jsonl_columns(em_table *t, const char *const *fields, int nfiel
         s += k;
     }
     t->cols = n;
-    const char *dup = fields ? NULL : repeated_name((const char *const *)t->names, n);
-    if (dup)   /* two columns of one name would both read one key's value */
+    int at, again;   /* two columns of one name would both read one key's value */
+    if (!fields && !first_repeat(t->names, n, &at, &again)) return EM_ERR_OOM;
+    if (!fields && again >= 0)
         return em__fail(EM_ERR_FORMAT, "%s:%lld: the key \"%s\" appears twice in the first object, which names the "
-                        "columns", t->path, line, dup);
+                        "columns", t->path, line, t->names[again]);
     return EM_OK;
 }
 

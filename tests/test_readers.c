@@ -417,6 +417,19 @@ START_TEST(test_jsonl)
     ck_assert_str_eq(em_table_col_name(t, 0), "premise");
     ck_assert_str_eq(em_table_get(t, 1, 1), "neutral");
     em_table_free(t);
+    /* objects of many keys take the sorted lookup: the same cells, the last of a
+     * repeated key, in any order of keys */
+    char wide[4096];
+    int w = snprintf(wide, sizeof wide, "{");
+    for (int k = 0; k < 40; k++) w += snprintf(wide + w, sizeof wide - (size_t)w, "%s\"k%d\": %d", k ? ", " : "", k, k);
+    w += snprintf(wide + w, sizeof wide - (size_t)w, "}\n{");
+    for (int k = 39; k >= 0; k--) w += snprintf(wide + w, sizeof wide - (size_t)w, "\"k%d\": %d, ", k, 100 + k);
+    snprintf(wide + w, sizeof wide - (size_t)w, "\"k7\": \"again\"}\n");
+    p = tmp_file("wide.jsonl", wide);
+    ck_assert_msg(em_table_read_jsonl(p, NULL, 0, &t) == EM_OK, "%s", em_last_error());
+    ck_assert_int_eq(em_table_cols(t), 40);
+    expect_cells(t, (const cell[]){{0, 0, "0"}, {0, 39, "39"}, {1, 0, "100"}, {1, 7, "again"}, {1, 39, "139"}, {0}});
+    em_table_free(t);
     p = tmp_file("c.jsonl", "\n\n");
     ck_assert_int_eq(em_table_read_jsonl(p, fields, 2, &t), EM_OK);
     ck_assert_int_eq(em_table_rows(t), 0);
