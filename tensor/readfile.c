@@ -31,11 +31,15 @@ FILE *em__fopen_regular(const char *path)
     int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) return NULL;
     struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    if (fstat(fd, &sb) != 0) {
         int err = errno;
         close(fd);
-        errno = S_ISDIR(sb.st_mode) ? EISDIR : err && !S_ISREG(sb.st_mode) ? EM__ENOTREG : err;
-        if (!S_ISREG(sb.st_mode) && !S_ISDIR(sb.st_mode)) errno = EM__ENOTREG;
+        errno = err;
+        return NULL;
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        close(fd);
+        errno = S_ISDIR(sb.st_mode) ? EISDIR : EM__ENOTREG;
         return NULL;
     }
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
