@@ -84,6 +84,14 @@ int ember_cmd_config(int argc, char **argv)
             launch_config_free(&c);
             return 1;
         }
+    } else if (by_flags && !just_default) {
+        /* the flags change those settings; the file keeps the others (it used to lose them) */
+        if (!launch_config_load(&c, path, true)) {
+            fprintf(stderr, "ember config: %s was left as it is; mend it, or remove it and run ember config again\n",
+                    path);
+            launch_config_free(&c);
+            return 1;
+        }
     } else if (just_default) {
         for (int i = 0; i < CFG_COUNT; i++)
             if (!c.s[i].value && *c.s[i].def) launch_config_set(&c, c.s[i].key, c.s[i].def, SRC_DEFAULT, "default");

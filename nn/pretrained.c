@@ -334,7 +334,8 @@ static em_status load_state(em_module *m, const em__arch *arch, em__head head, c
     em_named_tensors ps = em_module_named_parameters(m), bs = em_module_named_buffers(m, false);
     int n_model = ps.n + bs.n;
     bool *loaded = em__calloc((size_t)(n_model ? n_model : 1), 1);
-    em_status s = loaded ? EM_OK : em__fail(EM_ERR_OOM, "out of memory loading %s", dir);
+    const char **filled_by = em__calloc((size_t)(n_model ? n_model : 1), sizeof *filled_by);   /* the key that filled each */
+    em_status s = loaded && filled_by ? EM_OK : em__fail(EM_ERR_OOM, "out of memory loading %s", dir);
     /* does the checkpoint carry the base-model prefix ("distilbert.")? */
     size_t pl = strlen(arch->prefix);
     bool ck_prefixed = false;
@@ -357,6 +358,12 @@ static em_status load_state(em_module *m, const em__arch *arch, em__head head, c
             if (r && !list_push(&r->unexpected, &r->n_unexpected, key)) s = em__fail(EM_ERR_OOM, "out of memory");
             continue;
         }
+        if (filled_by[at]) {   /* two names for one tensor (LayerNorm's gamma and weight, a key listed twice) */
+            s = em__fail(EM_ERR_FORMAT, "%s: the checkpoint fills \"%s\" twice, from \"%s\" and from \"%s\"", dir,
+                         name, filled_by[at], key);
+            break;
+        }
+        filled_by[at] = key;
         em_scope_begin();
         em_tensor *src = em_safetensors_get(c->files[c->file_of[i]], key);
         if (!src) {
@@ -421,6 +428,7 @@ static em_status load_state(em_module *m, const em__arch *arch, em__head head, c
                          first_unexpected ? ")" : "");
     }
     em__free(loaded);
+    em__free(filled_by);
     em_named_tensors_free(&ps);
     em_named_tensors_free(&bs);
     return s;

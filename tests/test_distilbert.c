@@ -105,6 +105,40 @@ START_TEST(bf16_checkpoint_converts_to_f32)
 }
 END_TEST
 
+/* A checkpoint naming one tensor twice (an old "gamma" beside "weight", as a
+ * merged or hand-edited file can hold): refused, naming both keys, rather than
+ * the later one winning in silence. */
+START_TEST(two_names_for_one_tensor_refused)
+{
+    em_safetensors *st = NULL;
+    ck_status(em_safetensors_open(tu_fixture_path("distilbert-tiny/model.safetensors"), &st), EM_OK);
+    int n = em_safetensors_count(st);
+    const char *names[65];
+    em_tensor *ts[65];
+    const char *w = NULL;
+    EM_SCOPE {
+        for (int i = 0; i < n; i++) {
+            names[i] = em_safetensors_name(st, i);
+            ts[i] = em_safetensors_get(st, names[i]);
+            if (!w && strstr(names[i], "LayerNorm.weight")) w = names[i];
+        }
+        ck_assert_ptr_nonnull(w);
+        static char gamma[256];
+        snprintf(gamma, sizeof gamma, "%.*sgamma", (int)(strlen(w) - strlen("weight")), w);
+        names[n] = gamma;
+        ts[n] = em_mul_scalar(em_safetensors_get(st, w), 2.0);
+        ck_status(em_safetensors_save(tu_scratch_path("model.safetensors"), n + 1, names, ts, 0, NULL, NULL), EM_OK);
+    }
+    copy_file(tu_fixture_path("distilbert-tiny/config.json"), tu_scratch_path("config.json"));
+    em_distilbert_seqcls *m = NULL;
+    ck_assert_int_eq(em_distilbert_seqcls_from_pretrained(tu_scratch(), NULL, &m, NULL), EM_ERR_FORMAT);
+    ck_assert_msg(strstr(em_last_error(), "fills") && strstr(em_last_error(), "twice") && strstr(em_last_error(), "gamma"),
+                  "%s", em_last_error());
+    ck_assert_ptr_null(m);
+    em_safetensors_close(st);
+}
+END_TEST
+
 START_TEST(parameter_names_and_count_are_hf_s)
 {
     em_safetensors *st = NULL;
@@ -557,7 +591,7 @@ int main(void)
     Suite *s = suite_create("distilbert");
     tu_add_tests(tu_scratch_per_test(tu_no_leaks(tu_case(s, "parity", 0)), "db"), seqcls_logits_loss_and_every_gradient_match_hf,
                  bert_seqcls_logits_loss_and_every_gradient_match_hf, parameter_names_and_count_are_hf_s,
-                 base_model_from_a_classifier_checkpoint_drops_the_prefix, bf16_checkpoint_converts_to_f32,
+                 base_model_from_a_classifier_checkpoint_drops_the_prefix, bf16_checkpoint_converts_to_f32, two_names_for_one_tensor_refused,
                  mlm_checkpoint_loads_into_the_classifier_with_a_report, loading_skips_default_init_but_keeps_the_stream,
                  bert_model_matches_hf_and_loads_into_the_classifier);
     tu_add_tests(tu_scratch_per_test(tu_no_leaks(tu_case(s, "checkpoints", 0)), "db"), save_pretrained_round_trip_and_config_fields,

@@ -59,5 +59,9 @@ long=$(printf '%0600d' 0)
 printf '\n\n\n\n%s\n\n\n\n\n' "$dir/$long" | "$ember" config --config_file "$dir/long.yaml" >/dev/null 2>&1
 check "a long answer is kept whole" "$(cat "$dir/long.yaml")" "$long"
 check "... and does not answer the next question" "$(cat "$dir/long.yaml")" "mixed_precision: no"
+"$ember" config --config_file "$dir/merge.yaml" --num_processes 3 --mixed_precision bf16 >/dev/null
+"$ember" config --config_file "$dir/merge.yaml" --use_cpu true >/dev/null
+check "config by flags keeps the file's other settings" "$(cat "$dir/merge.yaml")" "num_processes: 3"
+check "... and sets the flag's" "$(cat "$dir/merge.yaml")" "use_cpu: true"
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
