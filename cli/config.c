@@ -1,7 +1,8 @@
 /* ember config — writes the launch configuration (YAML) that `ember launch`
  * reads: interactively (one question per setting, Enter keeps the shown
- * value), or from flags (`ember config --num_processes 2 --mixed_precision bf16`),
- * or `ember config default`. */
+ * value), or from flags (`ember config --num_processes 2 --mixed_precision bf16`:
+ * those settings change, the file keeps its others), or `ember config default`.
+ * A file that does not load is never rewritten. */
 #include "launch_config.h"
 
 #include <stdio.h>
@@ -10,7 +11,8 @@
 
 static const char USAGE[] =
     "usage: ember config [default] [--config_file FILE] [--SETTING VALUE ...]\n"
-    "  Without settings, asks for each one on stdin. Settings:\n";
+    "  Without settings, asks for each one on stdin; with settings, changes those and keeps\n"
+    "  the file's others. Settings:\n";
 
 static void usage(FILE *f)
 {
