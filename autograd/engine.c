@@ -180,10 +180,10 @@ bool em__node_adopt_output(em_node *n, em_tensor *out, int j)
     struct em_autograd_meta *m = meta_of(out);
     if (!m) return false;
     m->requires_grad = true;
+    n->refcount++;   /* before the release: out may already hold n (the old node and n the same) */
     node_release(m->grad_fn);
     m->grad_fn = n;
     m->output_nr = j;
-    n->refcount++;
     return true;
 }
 
@@ -443,8 +443,10 @@ static void check_versions(em_node *n)
 }
 
 /* Adds g into the leaf's .grad (in place when a .grad exists, so views of a
- * flat gradient buffer stay views), then fires the post-accumulate hooks. */
-static void accumulate(em_node *n, em_tensor *g)
+ * flat gradient buffer stay views), then fires the post-accumulate hooks.
+ * stealable: g is the engine's own buffer (never a hook's result, which may be
+ * a tensor the user still holds), so it may become the .grad itself. */
+static void accumulate(em_node *n, em_tensor *g, bool stealable)
 {
     em_tensor *leaf = n->leaf;
     if (!leaf) return;
@@ -454,7 +456,7 @@ static void accumulate(em_node *n, em_tensor *g)
         /* Steal g when nothing else can see it (like PyTorch's AccumulateGrad):
          * one reference (the engine's buffer or the node's scope), the only
          * view of its storage, dense from the start of the storage. Else copy. */
-        bool own = g->refcount == 1 && g->storage->refcount == 1 && g->offset == 0 && em_is_contiguous(g) &&
+        bool own = stealable && g->refcount == 1 && g->storage->refcount == 1 && g->offset == 0 && em_is_contiguous(g) &&
                    g->storage->nbytes == (size_t)em_numel(g) * em_dtype_size(g->dtype) && !g->ag;
         m->grad = own ? em_retain(g) : em_retain(em_clone(g));
     } else if (em_is_contiguous(m->grad)) {
@@ -558,9 +560,29 @@ static bool cast_into_pending(em_node *n, em_tensor *const *gout, em_tensor **gi
 
 void em_backward(em_tensor *root) { em_backward_ex(root, &(em_backward_opts){0}); }
 
+/* Nonzero while this thread runs a backward pass: the pass keeps its
+ * bookkeeping in the nodes (visit, deps, grad_buf), so a second pass started
+ * from inside it (a custom backward or a hook calling em_backward) would
+ * corrupt the first one's and lose gradients in silence. */
+static _Thread_local int in_backward;
+
+static void backward_pass(em_tensor *root, const em_backward_opts *opts);
+
 void em_backward_ex(em_tensor *root, const em_backward_opts *opts)
 {
     if (!root) return;
+    if (in_backward) {
+        em__misuse("em_backward", "called from inside a backward pass (a custom function's backward or a gradient "
+                   "hook): not supported; compute that gradient before or after the outer em_backward");
+        return;
+    }
+    in_backward = 1;
+    backward_pass(root, opts);
+    in_backward = 0;
+}
+
+static void backward_pass(em_tensor *root, const em_backward_opts *opts)
+{
     if (!needs_grad(root)) {
         em__misuse("em_backward", "the tensor (shape %s) does not require grad and has no grad_fn: "
                    "did you mark any input with em_requires_grad_?", em__shape_str(root));
@@ -659,11 +681,19 @@ void em_backward_ex(em_tensor *root, const em_backward_opts *opts)
                                      : em_zeros(n->out[j].ndim, n->out[j].shape, n->out[j].dtype, n->device);
             for (int h = 0; h < n->pre_hooks[j].n; h++) {
                 em_tensor *r = ((em_grad_hook)n->pre_hooks[j].items[h].fn)(gout[j], n->pre_hooks[j].items[h].user);
-                if (r) gout[j] = r;
+                if (!r) continue;
+                const struct em_geom *want = &n->out[j];
+                if (r->ndim != want->ndim || memcmp(r->shape, want->shape, sizeof(int64_t) * (size_t)r->ndim)) {
+                    /* torch: "hook has changed the size of value" */
+                    em__misuse("em_backward", "gradient hook %d of %s returned shape %s for a gradient of shape %s", h,
+                               em__node_name(n), em__shape_str(r), em__dims_str(want->ndim, want->shape));
+                    continue;
+                }
+                gout[j] = r->dtype == want->dtype ? r : em_to_dtype(r, want->dtype);
             }
         }
         if (n->op == EM_ACCUMULATE_GRAD) {
-            accumulate(n, gout[0]);
+            accumulate(n, gout[0], gout[0] == n->grad_buf[0]);
         } else {
             if (n->n_in > EM_KARGS_IN) gin_list = em__calloc((size_t)n->n_in, sizeof *gin_list);
             if (gin_list && n->op == EM_CUSTOM_FUNCTION) em__fn_backward(n, gout, gin_list);
@@ -677,6 +707,8 @@ void em_backward_ex(em_tensor *root, const em_backward_opts *opts)
                     if (g->ndim != want->ndim || memcmp(g->shape, want->shape, sizeof(int64_t) * (size_t)g->ndim))
                         em__misuse("em_backward", "the backward rule of %s gave input %d a gradient of shape %s, "
                                    "expected %s", em__node_name(n), i, em__shape_str(g), em__dims_str(want->ndim, want->shape));
+                    if (g->dtype != want->dtype && em_dtype_is_float(want->dtype))   /* as torch: cast to the input's */
+                        g = em_to_dtype(g, want->dtype);
                     int nr = n->next[i].nr;
                     if (!c->grad_buf[nr]) {
                         c->grad_buf[nr] = em_retain(g);

@@ -179,6 +179,12 @@ em_status em_function_apply(const em_function *f, int n_in, em_tensor *const *in
                            j, i);
                 st = EM_ERR_INVALID;
             }
+        for (int k = 0; k < j; k++)
+            if (out[j] == out[k]) {   /* one tensor cannot be two outputs of the node (two gradients, one slot) */
+                em__misuse(op, "%s: outputs %d and %d are the same tensor; return a new tensor for each (em_clone it)",
+                           em__fn_name(c), k, j);
+                st = EM_ERR_INVALID;
+            }
     }
     if (st == EM_OK && c->save_failed) st = EM_ERR_OOM;   /* backward would miss a saved tensor */
     if (st != EM_OK || !any) {

@@ -262,13 +262,113 @@ START_TEST(misuse_inplace_after_save)
 }
 END_TEST
 
+/* One tensor as two outputs: refused (adopting it twice freed the node it
+ * already held: a use after free, then a crash in backward). */
+static em_status twice_fwd(em_function_ctx *ctx, int n_in, em_tensor *const *in, int n_out, em_tensor **out)
+{
+    (void)ctx, (void)n_in, (void)n_out;
+    out[0] = out[1] = em_mul_scalar(in[0], 2);
+    return EM_OK;
+}
+static void twice_bwd(em_function_ctx *ctx, int n_out, em_tensor *const *gout, int n_in, em_tensor **gin)
+{
+    (void)ctx, (void)n_out, (void)n_in;
+    gin[0] = em_mul_scalar(em_add(gout[0], gout[1]), 2);
+}
+static const em_function twice_fn = {.name = "Twice", .forward = twice_fwd, .backward = twice_bwd};
+
+START_TEST(misuse_same_tensor_two_outputs)
+{
+    tu_expect_misuse("Twice: outputs 0 and 1 are the same tensor");
+    em_tensor *x = em_requires_grad_(em_ones(EM_SHAPE(3), EM_F32, EM_CPU), true), *o[2];
+    em_function_apply(&twice_fn, 1, &x, 2, o, NULL);
+}
+END_TEST
+
+/* A gradient hook that changes the gradient's shape: refused, as torch does
+ * (it was stored as the .grad, or added past the end of an existing one). */
+static em_tensor *shrink_hook(em_tensor *g, void *u)
+{
+    (void)g, (void)u;
+    return em_ones(EM_SHAPE(2), EM_F32, EM_CPU);
+}
+START_TEST(misuse_hook_changes_shape)
+{
+    tu_expect_misuse("gradient hook 0 of AccumulateGrad returned shape [2] for a gradient of shape [4]");
+    em_tensor *x = em_requires_grad_(em_ones(EM_SHAPE(4), EM_F32, EM_CPU), true);
+    em_register_hook(x, shrink_hook, NULL);
+    em_backward(em_sum(em_mul_scalar(x, 3), 0, NULL, false));
+}
+END_TEST
+
+/* em_backward inside a backward: refused (the inner pass reset the outer
+ * pass's bookkeeping, and a gradient was lost in silence). */
+static em_tensor *reenter_w;
+static void reenter_bwd(em_function_ctx *ctx, int n_out, em_tensor *const *gout, int n_in, em_tensor **gin)
+{
+    (void)ctx, (void)n_out, (void)n_in;
+    bool p = em_set_grad_enabled(true);
+    em_backward(em_sum(em_mul(reenter_w, reenter_w), 0, NULL, false));
+    em_set_grad_enabled(p);
+    gin[0] = em_mul_scalar(gout[0], 2);
+}
+static const em_function reenter_fn = {.name = "Reenter", .forward = silu_fwd, .backward = reenter_bwd};
+START_TEST(misuse_backward_inside_backward)
+{
+    tu_expect_misuse("called from inside a backward pass");
+    reenter_w = em_requires_grad_(em_ones(EM_SHAPE(3), EM_F32, EM_CPU), true);
+    em_tensor *x = em_requires_grad_(em_ones(EM_SHAPE(3), EM_F32, EM_CPU), true), *y;
+    em_function_apply(&reenter_fn, 1, &x, 1, &y, NULL);
+    em_backward(em_sum(y, 0, NULL, false));
+}
+END_TEST
+
+/* A hook may return a tensor the user keeps: it is copied into the .grad, never
+ * taken as the .grad (which then grew the user's tensor step after step). */
+static em_tensor *const_hook(em_tensor *g, void *u)
+{
+    (void)g;
+    return u;
+}
+/* A custom backward may return a gradient of another float dtype: cast to the
+ * input's, as torch does. */
+static void f64_grad_bwd(em_function_ctx *ctx, int n_out, em_tensor *const *gout, int n_in, em_tensor **gin)
+{
+    (void)ctx, (void)n_out, (void)n_in;
+    gin[0] = em_to_dtype(em_mul_scalar(gout[0], 5), EM_F64);
+}
+static const em_function f64_grad_fn = {.name = "F64Grad", .forward = silu_fwd, .backward = f64_grad_bwd};
+START_TEST(hook_results_are_copied_and_gradients_cast)
+{
+    em_tensor *c = em_full(1, (int64_t[]){3}, 1.0, EM_F32, EM_CPU);
+    em_tensor *x = em_requires_grad_(em_zeros(EM_SHAPE(3), EM_F32, EM_CPU), true);
+    em_register_hook(x, const_hook, c);
+    for (int r = 1; r <= 3; r++) {
+        EM_SCOPE { em_backward(em_sum(em_mul_scalar(x, 3), 0, NULL, false)); }
+        ck_assert_msg(em_grad(x) != c, "the hook's tensor became the .grad");
+        ck_assert_double_eq(em_get(em_grad(x), (int64_t[]){0}), (double)r);
+        ck_assert_double_eq(em_get(c, (int64_t[]){0}), 1.0);
+    }
+    em_tensor *z = em_requires_grad_(em_zeros(EM_SHAPE(2), EM_F32, EM_CPU), true), *y;
+    EM_SCOPE {   /* through an op between: its rule gets the cast gradient */
+        em_tensor *zz = em_mul_scalar(z, 2);
+        ck_assert_int_eq(em_function_apply(&f64_grad_fn, 1, &zz, 1, &y, NULL), EM_OK);
+        em_backward(em_sum(y, 0, NULL, false));
+    }
+    ck_assert_int_eq(em_grad(z)->dtype, EM_F32);
+    ck_assert_double_eq(em_get(em_grad(z), (int64_t[]){1}), 10.0);
+    em_release(x), em_release(c), em_release(z);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("function");
     tu_add_tests(tu_case(s, "function", 0), silu_matches_composed_ops_and_passes_gradcheck,
                  scalars_and_needs_input_grad, non_differentiable_output, autocast_and_post_accumulate_hooks,
-                 saved_tensors_are_freed);
+                 saved_tensors_are_freed, hook_results_are_copied_and_gradients_cast);
     tu_add_misuse_tests(tu_case(s, "misuse", 0), misuse_wrong_gradient_shape, misuse_output_is_input,
-                        misuse_inplace_after_save);
+                        misuse_inplace_after_save, misuse_same_tensor_two_outputs, misuse_hook_changes_shape,
+                        misuse_backward_inside_backward);
     return tu_run_suite(s);
 }
