@@ -18,6 +18,8 @@
 em_status em_dataset_get(const em_dataset *ds, int64_t index, em_sample *out)
 {
     DS_CHECK(ds && ds->ops && out, "em_dataset_get", "%s is NULL", !ds ? "the dataset" : !ds->ops ? "ds->ops" : "out");
+    DS_CHECK(ds->ops->len && ds->ops->get, "em_dataset_get", "the dataset's ops table has no %s",
+             !ds->ops->len ? "len" : "get");
     int64_t n = ds->ops->len(ds);
     DS_CHECK(index >= 0 && index < n, "em_dataset_get", "index %lld out of range for a dataset of %lld samples",
              (long long)index, (long long)n);
@@ -26,7 +28,12 @@ em_status em_dataset_get(const em_dataset *ds, int64_t index, em_sample *out)
 
 void em_dataset_free(em_dataset *ds)
 {
-    if (ds) ds->ops->free(ds);
+    if (!ds) return;
+    if (!ds->ops || !ds->ops->free) {
+        em__misuse("em_dataset_free", "the dataset's ops table %s", !ds->ops ? "is NULL" : "has no free");
+        return;
+    }
+    ds->ops->free(ds);
 }
 
 /* ---- the tokenized dataset ------------------------------------------------------- */

@@ -70,15 +70,32 @@ static em_status load_batch(em_dataloader *dl, int64_t k, em_sample *samples, em
     const int64_t *ix = dl->sched.indices + dl->sched.offsets[k];
     int64_t m = dl->sched.offsets[k + 1] - dl->sched.offsets[k];
     for (int64_t i = 0; i < m; i++) {
+        em_clear_error();   /* a get that fails without a word must not borrow an older message */
+        samples[i] = (em_sample){0};
         em_status st = em_dataset_get(dl->ds, ix[i], &samples[i]);
         if (st != EM_OK) {
             char msg[512];
-            snprintf(msg, sizeof msg, "%s", em_last_error());
+            snprintf(msg, sizeof msg, "%s", em_last_status() != EM_OK ? em_last_error() : "");
             return em__fail(st, "dataloader: batch %lld of epoch %lld, dataset index %lld: %s", (long long)k,
-                            (long long)dl->epoch, (long long)ix[i], msg);
+                            (long long)dl->epoch, (long long)ix[i],
+                            msg[0] ? msg : "the dataset's get failed without a message");
         }
+        if (samples[i].len < 0 || (samples[i].len > 0 && !samples[i].ids))   /* as em_collate refuses */
+            return em__fail(EM_ERR_INVALID, "dataloader: batch %lld of epoch %lld, dataset index %lld: the sample "
+                            "has %s", (long long)k, (long long)dl->epoch, (long long)ix[i],
+                            samples[i].len < 0 ? "a negative length" : "a length but no ids");
     }
-    return em__collate_raw(samples, m, dl->o.pad_to_multiple_of, dl->o.pad_id, out);
+    em_status st = em__collate_raw(samples, m, dl->o.pad_to_multiple_of, dl->o.pad_id, out);
+    if (st != EM_OK && st != EM_ERR_OOM) {   /* name the batch, and the dataset indices behind its samples */
+        char msg[512], map[600] = "";
+        snprintf(msg, sizeof msg, "%s", em_last_error());
+        int64_t i = 0;
+        for (int64_t w = 0; i < m && w < (int64_t)sizeof map - 48; i++)
+            w += snprintf(map + w, sizeof map - (size_t)w, "%s%lld->%lld", i ? ", " : "", (long long)i, (long long)ix[i]);
+        return em__fail(st, "dataloader: batch %lld of epoch %lld: %s (sample -> dataset index: %s%s)", (long long)k,
+                        (long long)dl->epoch, msg, map, i < m ? ", ..." : "");
+    }
+    return st;
 }
 
 static void *worker_main(void *arg)
@@ -162,6 +179,10 @@ em_status em_dataloader_new(const em_dataset *ds, const em_dataloader_opts *opts
     DL_CHECK(out, "em_dataloader_new", EM_ERR_INVALID, "out is NULL");
     *out = NULL;
     DL_CHECK(ds, "em_dataloader_new", EM_ERR_INVALID, "the dataset is NULL");
+    DL_CHECK(ds->ops && ds->ops->len && ds->ops->get, "em_dataloader_new", EM_ERR_INVALID,
+             "the dataset's ops table %s", !ds->ops ? "is NULL" : !ds->ops->len ? "has no len" : "has no get");
+    DL_CHECK(!(opts && opts->owns_dataset) || ds->ops->free, "em_dataloader_new", EM_ERR_INVALID,
+             "owns_dataset is set, but the dataset's ops table has no free");
     em_dataloader_opts o;
     em_status st = em__dl_resolve(opts, &o);
     if (st != EM_OK) return st;
@@ -175,6 +196,10 @@ em_status em_dataloader_new(const em_dataset *ds, const em_dataloader_opts *opts
     dl->n = n;
     dl->len = em__schedule_count(n, &o);
     dl->max_rows = em__schedule_max_rows(&o);
+    /* a batch holds each index once, except when even batches loop back to fill a rank's
+     * last one: size the scratch by the dataset then (a batch_size of 10^9 over ten items
+     * asked for 80 GB) */
+    if (!(o.even_batches == EM_TOK_ON && o.num_processes > 1) && dl->max_rows > n) dl->max_rows = n > 0 ? n : 1;
     dl->sched_epoch = -1;
     dl->nw = o.num_workers;
     dl->samples = em__malloc(sizeof(em_sample) * (size_t)dl->max_rows);

@@ -20,6 +20,11 @@ em_status em__dl_resolve(const em_dataloader_opts *opts, em_dataloader_opts *o)
     if (o->num_processes < 0)
         return em__fail(EM_ERR_INVALID, "dataloader: num_processes must be >= 0 (0 means 1), got %d", o->num_processes);
     if (o->num_processes == 0) o->num_processes = 1;
+    /* the schedule holds batch_size x processes positions a step: refuse what no memory holds
+     * (it wrapped the scratch's size, or looped for ever filling a last batch) */
+    if (o->batch_size > ((int64_t)1 << 40) / o->num_processes)
+        return em__fail(EM_ERR_INVALID, "dataloader: batch_size %lld across %d process(es) is more than 2^40 samples a "
+                        "step", (long long)o->batch_size, o->num_processes);
     if (o->process_index < 0 || o->process_index >= o->num_processes)
         return em__fail(EM_ERR_INVALID, "dataloader: process_index %d is outside [0, %d)", o->process_index,
                         o->num_processes);

@@ -396,6 +396,82 @@ START_TEST(test_oom)
 }
 END_TEST
 
+/* A dataset of the user's own that misbehaves at one index (the test's mode):
+ * 0 a length without ids, 1 a failure without a message, 2 a dense x of
+ * another shape. Each is refused by the loader with the dataset index. */
+static int bad_mode;
+static const int32_t bad_ids[3] = {5, 6, 7};
+static const float bad_x[3] = {1, 2, 3};
+static const int64_t shape2[1] = {2}, shape3[1] = {3};
+static em_status bad_get(void *user, int64_t index, em_sample *out)
+{
+    (void)user;
+    *out = (em_sample){.ids = bad_ids, .len = 3, .label = index};
+    if (bad_mode == 2) {
+        out->x = bad_x, out->x_dtype = EM_F32, out->x_ndim = 1, out->x_shape = index == 7 ? shape3 : shape2;
+        return EM_OK;
+    }
+    if (index != 2) return EM_OK;
+    if (bad_mode == 0) out->ids = NULL;
+    return bad_mode == 1 ? EM_ERR_IO : EM_OK;
+}
+
+START_TEST(test_own_dataset_errors_name_the_index)
+{
+    for (bad_mode = 0; bad_mode < 3; bad_mode++)
+        for (int nw = 0; nw <= 2; nw += 2) {
+            em_dataset *ds;
+            ck_assert_int_eq(em_callback_dataset_new(10, bad_get, NULL, NULL, &ds), EM_OK);
+            em_dataloader *dl;
+            /* an earlier, unrelated failure: its message must not be taken for the dataset's */
+            ck_assert_int_ne(em_dataloader_new(ds, &(em_dataloader_opts){.batch_size = -1}, &dl), EM_OK);
+            ck_assert_int_eq(em_dataloader_new(ds, &(em_dataloader_opts){.batch_size = 10, .num_workers = nw,
+                                                                           .shuffle = bad_mode == 2}, &dl), EM_OK);
+            em_batch b;
+            EM_SCOPE { ck_assert(!em_dataloader_next(dl, &b)); }
+            const char *want[3] = {"dataset index 2: the sample has a length but no ids",
+                                   "dataset index 2: the dataset's get", "dataset index: "};
+            ck_assert_msg(strstr(em_last_error(), want[bad_mode]) && !strstr(em_last_error(), "batch_size must"),
+                          "mode %d, %d workers: %s", bad_mode, nw, em_last_error());
+            if (bad_mode == 2) ck_assert_msg(strstr(em_last_error(), "->7"), "%s", em_last_error());
+            em_dataloader_free(dl);
+            em_dataset_free(ds);
+        }
+}
+END_TEST
+
+/* A batch far larger than the dataset needs no scratch of that size; one past
+ * what any memory holds is refused (its size wrapped: a heap overflow). */
+START_TEST(test_huge_batch_sizes)
+{
+    mem_ds *m = mem_new(10);
+    em_dataloader *dl;
+    ck_assert_int_eq(em_dataloader_new(&m->base, &(em_dataloader_opts){.batch_size = 1000000000, .num_workers = 2}, &dl),
+                     EM_OK);
+    em_batch b;
+    EM_SCOPE {
+        ck_assert(em_dataloader_next(dl, &b));
+        ck_assert_int_eq(b.input_ids->shape[0], 10);
+    }
+    em_dataloader_free(dl);
+    ck_assert_int_eq(em_dataloader_new(&m->base, &(em_dataloader_opts){.batch_size = ((int64_t)1 << 60) + 1}, &dl),
+                     EM_ERR_INVALID);
+    ck_assert_msg(strstr(em_last_error(), "more than 2^40"), "%s", em_last_error());
+    em_dataset_free(&m->base);
+}
+END_TEST
+
+/* A dataset of the user's whose ops table lacks get: a misuse message, not a crash. */
+static const em_dataset_ops no_get_ops = {0};
+START_TEST(test_misuse_ops_without_get)
+{
+    tu_expect_misuse("the dataset's ops table has no len");
+    em_dataset ds = {.ops = &no_get_ops};
+    em_dataloader *dl;
+    em_dataloader_new(&ds, NULL, &dl);
+}
+END_TEST
+
 START_TEST(test_misuse_null_dataset)
 {
     tu_expect_misuse("the dataset is NULL");
@@ -419,6 +495,8 @@ int main(void)
     Suite *s = suite_create("loader");
     tu_add_tests(tu_no_leaks(tu_case(s, "core", 120)), test_collate, test_workers_same_order, test_resume,
                  test_skip_and_epochs, test_edges, test_dataset_error, test_oom);
-    tu_add_misuse_tests(tu_case(s, "misuse", 0), test_misuse_null_dataset, test_misuse_negative_skip);
+    tu_add_tests(tu_case(s, "own datasets", 120), test_own_dataset_errors_name_the_index, test_huge_batch_sizes);
+    tu_add_misuse_tests(tu_case(s, "misuse", 0), test_misuse_null_dataset, test_misuse_negative_skip,
+                        test_misuse_ops_without_get);
     return tu_run_suite(s);
 }
