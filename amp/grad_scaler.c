@@ -22,6 +22,7 @@
 #include "tensor/support.h"
 
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,7 +72,10 @@ em_grad_scaler *em_grad_scaler_new(const em_grad_scaler_opts *opts)
     int64_t interval = o.growth_interval != 0 ? o.growth_interval : 2000;
     EM_CHECK(growth > 1.0, op, "The growth factor must be > 1.0. (got %g)", growth);
     EM_CHECK(backoff < 1.0, op, "The backoff factor must be < 1.0. (got %g)", backoff);
-    EM_CHECK(init > 0 && isfinite(init), op, "init_scale must be finite and > 0, got %g", init);
+    /* checked as the f32 it becomes: 1e39 was inf, 1e-50 was 0, and either left the scaler stuck */
+    EM_CHECK((float)init >= FLT_MIN && isfinite((float)init), op,
+             "init_scale must be a finite float32 of at least %g (the smallest normal float), got %g", (double)FLT_MIN,
+             init);
     EM_CHECK(interval > 0, op, "growth_interval must be > 0, got %lld", (long long)interval);
     em_grad_scaler *s = em__calloc(1, sizeof *s);
     if (!s) return NULL;
@@ -205,7 +209,7 @@ em_status em_grad_scaler_unscale_grads(em_grad_scaler *s, const void *key, int n
     }
 
     float inv = (float)(1.0 / (double)s->scale);
-    bool bad = false, seen = false;
+    bool bad = !isfinite(inv), seen = false;   /* a scale that cannot be undone is a step skipped, not NaN weights */
     em_status st = EM_OK;
     runs rn = {0};
     if (n && (!(rn.t = em__malloc(sizeof *rn.t * (size_t)n)) || !(rn.hdr = em__malloc(sizeof *rn.hdr * (size_t)n)))) {
@@ -296,7 +300,10 @@ static void forget_steps(em_grad_scaler *s)
 static void update_scale(em_grad_scaler *s, float found_inf)
 {
     if (found_inf != 0.0f) {
-        s->scale = (float)((double)s->scale * s->backoff_factor);
+        /* never below the smallest normal float: backing off through subnormals reached 0,
+         * where 1/scale is inf, every gradient NaN, and growth never brings it back */
+        float ns = (float)((double)s->scale * s->backoff_factor);
+        s->scale = ns >= FLT_MIN ? ns : FLT_MIN;
         s->growth_tracker = 0;
         return;
     }
@@ -426,7 +433,8 @@ em_status em_grad_scaler_state_load(em_grad_scaler *s, const char *path)
     if (!fmt || strcmp(fmt, "ember.grad_scaler/1") != 0) bad = "format";
     else if (!en || (strcmp(en, "true") != 0 && strcmp(en, "false") != 0)) bad = "enabled";
     else if ((g.enabled = strcmp(en, "true") == 0)) {
-        if (!parse_double(em_safetensors_metadata(f, "scale"), &g.scale) || !(g.scale > 0) || !isfinite(g.scale))
+        if (!parse_double(em_safetensors_metadata(f, "scale"), &g.scale) || !((float)g.scale >= FLT_MIN) ||
+            !isfinite((float)g.scale))   /* as the f32 it becomes (1e39 would be inf) */
             bad = "scale";
         else if (!parse_double(em_safetensors_metadata(f, "growth_factor"), &g.growth_factor) ||
                  !(g.growth_factor > 1.0) || !isfinite(g.growth_factor))

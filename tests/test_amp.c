@@ -27,6 +27,7 @@
 #include "tensor/cpu/cpu.h"
 #include "tensor/tensor_internal.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -312,6 +313,16 @@ START_TEST(scaler_state_save_load)
     ck_assert_ptr_nonnull(strstr(em_last_error(), "scale"));
     ck_assert(em_grad_scaler_get_scale(b) == 6.0);
     ck_assert_int_ne(em_grad_scaler_state_load(b, "/nonexistent/scaler.safetensors"), EM_OK);
+    /* a scale the f32 scaler cannot hold (inf once narrowed, or subnormal): refused the same way */
+    for (int k = 0; k < 2; k++) {
+        const char *keys7[] = {"format", "enabled", "scale", "growth_factor", "backoff_factor", "growth_interval",
+                               "_growth_tracker"};
+        const char *vals7[] = {"ember.grad_scaler/1", "true", k ? "1e-45" : "1e39", "2", "0.5", "2000", "0"};
+        ck_assert_int_eq(em_safetensors_save(path, 0, NULL, NULL, 7, keys7, vals7), EM_OK);
+        ck_assert_int_eq(em_grad_scaler_state_load(b, path), EM_ERR_FORMAT);
+        ck_assert_ptr_nonnull(strstr(em_last_error(), "scale"));
+        ck_assert(em_grad_scaler_get_scale(b) == 6.0);
+    }
 
     /* load_state_dict through the struct, and update_to */
     em_grad_scaler_state st = {.enabled = true, .scale = 128, .growth_factor = 3, .backoff_factor = 0.25,
@@ -462,6 +473,39 @@ TU_MISUSE(misuse_growth_factor, "The growth factor must be > 1.0.",
           em_grad_scaler_new(&(em_grad_scaler_opts){.growth_factor = 0.9}))
 TU_MISUSE(misuse_backoff_factor, "The backoff factor must be < 1.0.",
           em_grad_scaler_new(&(em_grad_scaler_opts){.backoff_factor = 1.5}))
+
+TU_MISUSE(misuse_init_scale_overflows_f32, "init_scale must be a finite float32",
+          em_grad_scaler_new(&(em_grad_scaler_opts){.init_scale = 1e39}))
+TU_MISUSE(misuse_init_scale_underflows_f32, "init_scale must be a finite float32",
+          em_grad_scaler_new(&(em_grad_scaler_opts){.init_scale = 1e-50}))
+
+/* Hundreds of overflowing steps in a row back the scale off to the smallest
+ * normal float, never to 0 (where 1/scale is inf, every unscaled gradient NaN,
+ * and growth never brings it back); clean steps then step and grow again. */
+START_TEST(scaler_backoff_stops_at_the_smallest_normal)
+{
+    em_scope_begin();
+    em_grad_scaler *sc = em_grad_scaler_new(&(em_grad_scaler_opts){.growth_interval = 1});
+    em_tensor *p;
+    em_optimizer *opt = one_param(&p, 1.0);
+    for (int i = 0; i < 300; i++) {
+        em_set_grad(p, em_full(EM_SHAPE(3), INFINITY, EM_F32, EM_CPU));
+        ck_assert_int_eq(em_grad_scaler_step(sc, opt, NULL), EM_OK);
+        em_grad_scaler_update(sc);
+    }
+    ck_assert_msg(em_grad_scaler_get_scale(sc) >= FLT_MIN, "scale %g", em_grad_scaler_get_scale(sc));
+    double before = em_grad_scaler_get_scale(sc);
+    em_set_grad(p, em_full(EM_SHAPE(3), 1e-30, EM_F32, EM_CPU));
+    ck_assert_int_eq(em_grad_scaler_step(sc, opt, NULL), EM_OK);
+    ck_assert(!em_grad_scaler_step_was_skipped(sc, opt));
+    ck_assert(isfinite(em_get(p, (int64_t[]){0})));
+    em_grad_scaler_update(sc);
+    ck_assert(em_grad_scaler_get_scale(sc) > before);
+    em_grad_scaler_free(sc);
+    em_optimizer_free(opt);
+    em_scope_end();
+}
+END_TEST
 
 /* ---- a training run with injected inf/NaN gradients ----------------------------------------------- */
 #define MLP_N 32
@@ -1179,10 +1223,12 @@ static Suite *make_suite(void)
     tcase_add_test(ta, distilbert_bf16_gradients_track_f32);
     tcase_add_test(ta, mixed_add_without_cast);
     tcase_add_test(ta, cast_gradient_added_unconverted);
+    tcase_add_test(ta, scaler_backoff_stops_at_the_smallest_normal);
     tu_add_misuse_tests(tu_case(s, "misuse", 0), misuse_unscale_twice, misuse_unscale_after_step, misuse_step_twice,
                         misuse_update_without_checks, misuse_step_without_grads, misuse_growth_factor,
                         misuse_backoff_factor, misuse_autocast_dtype, misuse_autocast_unbalanced,
-                        misuse_matmul_mixed_outside);
+                        misuse_matmul_mixed_outside, misuse_init_scale_overflows_f32,
+                        misuse_init_scale_underflows_f32);
     return s;
 }
 
