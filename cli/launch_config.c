@@ -140,7 +140,12 @@ bool launch_config_load(launch_config *c, const char *path, bool optional)
         return false;
     }
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    if (fstat(fd, &st) != 0) {
+        fprintf(stderr, "%s: cannot stat: %s\n", path, strerror(errno));
+        close(fd);
+        return false;
+    }
+    if (!S_ISREG(st.st_mode)) {
         fprintf(stderr, "%s: not a regular file%s\n", path, S_ISDIR(st.st_mode) ? " (a directory)" : "");
         close(fd);
         return false;
